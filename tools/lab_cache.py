@@ -1,0 +1,66 @@
+"""Sphinx extension: re-execute the book's notebooks when the package they import changes.
+
+MyST-NB's execution cache keys a notebook by its own code only (MyST-NB issue #299), so a change to
+``transformer_lab/`` would leave stale outputs. At each build this extension hashes every file of the package;
+when the hash differs from the one stored beside the cache, it empties the execution cache and marks every
+notebook page outdated, so each is read and executed again. With nothing changed it does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+PACKAGE = "transformer_lab"
+STAMP = "transformer_lab.sha256"
+
+
+def package_hash(root: Path) -> str:
+    """sha256 over the relative paths and bytes of every source file under ``root/transformer_lab``."""
+    h = hashlib.sha256()
+    for path in sorted((root / PACKAGE).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _cache_dir(app: Sphinx) -> Path:
+    return Path(app.config.nb_execution_cache_path or Path(app.outdir).parent / ".jupyter_cache")
+
+
+def _is_notebook(path: Path) -> bool:
+    return path.suffix == ".ipynb" or (path.suffix == ".md" and "kernelspec:" in path.read_text(encoding="utf8")[:2000])
+
+
+def on_builder_inited(app: Sphinx) -> None:
+    cache = _cache_dir(app)
+    stamp = cache / STAMP
+    new = package_hash(Path(app.srcdir))
+    old = stamp.read_text().strip() if stamp.is_file() else None
+    app.env.lab_package_changed = old != new
+    if old == new:
+        return
+    if cache.exists():
+        logger.info(f"[lab_cache] {PACKAGE}/ changed: clearing the execution cache, re-executing every notebook")
+        shutil.rmtree(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(new + "\n")
+
+
+def on_env_get_outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
+    if not getattr(env, "lab_package_changed", False):
+        return []
+    src = Path(app.srcdir)
+    return [doc for doc in env.found_docs - set(added) - set(changed)
+            if (p := Path(env.doc2path(doc))).is_file() and _is_notebook(p if p.is_absolute() else src / p)]
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("builder-inited", on_builder_inited)
+    app.connect("env-get-outdated", on_env_get_outdated)
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}

@@ -1,0 +1,186 @@
+"""Automatic checks for the book's exercises: one API for every chapter.
+
+Each chapter module ``exercises/chN.py`` holds ``check_<name>(fn) -> CheckResult`` functions and a registry
+``EXERCISES = {"function_name": check_function, ...}`` naming the function a student writes for each exercise.
+A check never raises on a wrong answer: it returns a :class:`CheckResult` whose message says what differs
+(which shape, which entries, by how much), so a notebook with unfilled stubs still runs to the end.
+
+Grade a whole file of answers with ``python -m transformer_lab check N answers.py``.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import importlib.util
+import inspect
+import math
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHAPTERS = {1: "ch1", 2: "ch2", 3: "ch3", 4: "ch4", 5: "ch5", 6: "ch6", 7: "ch7", 8: "ch8"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on one exercise: ``passed`` and a message a student can act on."""
+
+    name: str
+    passed: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        return f"{'✓' if self.passed else '✗'} {self.name}: {self.message}"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        cls = "tl-check-pass" if self.passed else "tl-check-fail"
+        mark = "✓" if self.passed else "✗"
+        return (f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: '
+                f"{html.escape(self.message)}</div>")
+
+
+def _as_array(x: Any) -> np.ndarray | None:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().to(torch.float64).numpy() if x.is_floating_point() else x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray | float | int | np.number):
+        return np.asarray(x)
+    return None
+
+
+def describe_difference(got: Any, expected: Any, *, atol: float = 1e-6, rtol: float = 1e-5,
+                        what: str = "output") -> str | None:
+    """``None`` if ``got`` matches ``expected`` within tolerance, else a sentence saying what differs.
+
+    Handles tensors, arrays, numbers and (nested) tuples/lists of them; reports the first mismatch of
+    type, length, shape, or values (the worst entry, its index and both values).
+    """
+    if isinstance(expected, tuple | list):
+        if not isinstance(got, tuple | list):
+            return f"{what} should be a {type(expected).__name__} of {len(expected)} items, got {type(got).__name__}"
+        if len(got) != len(expected):
+            return f"{what} should have {len(expected)} items, got {len(got)}"
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            msg = describe_difference(g, e, atol=atol, rtol=rtol, what=f"{what}[{i}]")
+            if msg:
+                return msg
+        return None
+    e, g = _as_array(expected), _as_array(got)
+    if e is None:
+        return None if got == expected else f"{what} should be {expected!r}, got {got!r}"
+    if g is None:
+        return f"{what} should be a {type(expected).__name__}, got {type(got).__name__}"
+    if g.shape != e.shape:
+        return f"{what} has shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+    if e.dtype == bool or np.issubdtype(e.dtype, np.integer):
+        bad = np.argwhere(g != e)
+        if len(bad):
+            idx = tuple(int(i) for i in bad[0])
+            return f"{what} differs in {len(bad)} of {e.size} entries; first at {idx}: got {g[idx]}, expected {e[idx]}"
+        return None
+    g = g.astype(np.float64)
+    nan_g, nan_e = np.isnan(g), np.isnan(e)
+    if (nan_g != nan_e).any():
+        idx = tuple(int(i) for i in np.argwhere(nan_g != nan_e)[0])
+        return f"{what} has NaN where it should not (or misses one) at {idx}: got {g[idx]}, expected {e[idx]}"
+    with np.errstate(invalid="ignore"):
+        err = np.where(nan_e, 0.0, np.abs(g - e))
+        err = np.where(np.isinf(e) & (g == e), 0.0, err)
+    bad = err > atol + rtol * np.abs(np.where(np.isinf(e), 0, e))
+    if bad.any():
+        idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad, err, -1)), e.shape)) if e.ndim else ()
+        return (f"{what} differs in {int(bad.sum())} of {e.size} entries; worst at {idx}: got {g[idx]:.6g}, "
+                f"expected {e[idx]:.6g} (|diff| = {err[idx]:.3g}, tolerance {atol:g} + {rtol:g}·|expected|)")
+    return None
+
+
+def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable[dict], *,
+                   atol: float = 1e-6, rtol: float = 1e-5, compare: Callable | None = None) -> CheckResult:
+    """Call ``fn`` and ``reference`` on each case (a dict of keyword arguments) and compare the results.
+
+    ``compare(got, expected) -> str | None`` replaces :func:`describe_difference` where an exercise needs its
+    own notion of "equal" (e.g. a sample's statistics). Inputs are cloned so ``fn`` cannot change them.
+    """
+    if not callable(fn):
+        return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
+    params = inspect.signature(reference).parameters
+    try:
+        inspect.signature(fn).bind(**{p: None for p in params if params[p].default is inspect.Parameter.empty})
+    except TypeError:
+        want = ", ".join(params)
+        return CheckResult(name, False, f"{getattr(fn, '__name__', 'function')} should take ({want})")
+    except ValueError:  # builtins without a signature: just try them
+        pass
+    n = 0
+    for n, case in enumerate(cases, start=1):  # noqa: B007
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in case.items())
+        try:
+            got = fn(**_clone(case))
+        except NotImplementedError:
+            return CheckResult(name, False, "not written yet: replace `raise NotImplementedError` with your code")
+        except Exception as exc:  # a student's bug: report it, do not crash the notebook
+            return CheckResult(name, False, f"raised {type(exc).__name__}: {exc} (on case {n}: {shown})")
+        expected = reference(**_clone(case))
+        msg = (compare or (lambda g, e: describe_difference(g, e, atol=atol, rtol=rtol)))(got, expected)
+        if msg:
+            return CheckResult(name, False, f"{msg} (on case {n}: {shown})")
+    return CheckResult(name, True, f"matches the reference on all {n} cases")
+
+
+def _clone(case: dict) -> dict:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v.copy() if isinstance(v, np.ndarray) else v
+            for k, v in case.items()}
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, torch.Tensor | np.ndarray):
+        return f"{type(v).__name__}{tuple(v.shape)}"
+    if isinstance(v, float):
+        return f"{v:g}" if math.isfinite(v) else str(v)
+    return repr(v) if len(repr(v)) < 40 else type(v).__name__
+
+
+def registry(chapter: int) -> dict[str, Callable[[Callable], CheckResult]]:
+    """The exercises of a chapter: ``{function name the student writes: its checker}``."""
+    if chapter not in CHAPTERS:
+        raise ValueError(f"no chapter {chapter}; chapters are {sorted(CHAPTERS)}")
+    try:
+        module = importlib.import_module(f"{__name__}.{CHAPTERS[chapter]}")
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"chapter {chapter} has no exercises yet") from exc
+    return module.EXERCISES
+
+
+def check_file(chapter: int, path: str | Path) -> list[CheckResult]:
+    """Import a student's answers file and run every checker of ``chapter`` on the functions it defines."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"answers file not found: {path}")
+    exercises = registry(chapter)
+    spec = importlib.util.spec_from_file_location(f"answers_ch{chapter}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ValueError(f"{path} could not be imported: {type(exc).__name__}: {exc}") from exc
+    finally:
+        sys.modules.pop(spec.name, None)
+    results = []
+    for fname, checker in exercises.items():
+        fn = getattr(module, fname, None)
+        if fn is None:
+            results.append(CheckResult(fname, False, f"{path.name} defines no function named {fname!r}"))
+        else:
+            results.append(checker(fn))
+    return results

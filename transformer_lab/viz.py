@@ -1,0 +1,298 @@
+"""The book's plot style and its interactive figures (every chapter).
+
+A figure is a plain function ``draw(**params) -> Figure``. :func:`interactive` turns it into one object that
+
+* in a Jupyter kernel shows live ipywidgets controls that redraw on change, and
+* on the built website, where no kernel runs, shows frames pre-rendered over one or two controls' values,
+  switched by sliders in the page (a few lines of inline JavaScript, nothing loaded from anywhere).
+
+Both travel in one mime bundle: the widget view for Jupyter and ``text/html`` for the site, which the book's
+``nb_mime_priority_overrides`` prefers when it builds HTML.
+
+Example::
+
+    def draw(temperature=1.0, top_k=5):
+        fig, ax = figure()
+        ...
+        return fig
+
+    interactive(draw, temperature=Slider(0.1, 2.0, 0.1), top_k=Choice([1, 5, 10]))
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import inspect
+import io
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from PIL import Image
+
+# ---------------------------------------------------------------- style
+PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6a4c93", "#00798c", "#8d6a9f", "#595959"]
+"""Colours used across the book: blue, red, green, amber, purple, teal, mauve, grey."""
+
+STYLE = {
+    "figure.figsize": (6.4, 3.6),
+    "figure.dpi": 100,
+    "figure.constrained_layout.use": True,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+    "image.cmap": "viridis",
+    "legend.frameon": False,
+    "savefig.dpi": 80,
+}
+"""Matplotlib settings shared by every figure in the book."""
+
+FRAME_DPI = 80
+"""Resolution of pre-rendered frames: a 6.4 x 3.6 in figure becomes 512 x 288 px."""
+
+
+def use_style() -> None:
+    """Apply the book's plot style (idempotent)."""
+    matplotlib.rcParams.update(STYLE)
+
+
+def figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None, **kwargs):
+    """A new Figure in the book's style, made without pyplot (nothing leaks into a notebook's output).
+
+    Returns ``(fig, ax)``, with ``ax`` an array of Axes when ``nrows * ncols > 1``.
+    """
+    use_style()
+    fig = Figure(figsize=figsize or STYLE["figure.figsize"])
+    axes = fig.subplots(nrows, ncols, squeeze=True, **kwargs)
+    return fig, axes
+
+
+def to_png(fig: Figure, *, dpi: int = FRAME_DPI, colors: int = 128) -> bytes:
+    """Render ``fig`` to a small PNG: a palette image of at most ``colors`` colours, optimised."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    image = image.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- controls
+@dataclass(frozen=True)
+class Slider:
+    """A numeric control taking the values ``lo, lo + step, ..., hi``; starts at ``value`` (default ``lo``)."""
+
+    lo: float
+    hi: float
+    step: float
+    value: float | None = None
+
+    def __post_init__(self):
+        if not self.step > 0:
+            raise ValueError(f"Slider step must be > 0, got {self.step}")
+        if not self.hi > self.lo:
+            raise ValueError(f"Slider range is empty: lo={self.lo} must be < hi={self.hi}")
+        if self.value is not None and not self.lo <= self.value <= self.hi:
+            raise ValueError(f"Slider value {self.value} lies outside [{self.lo}, {self.hi}]")
+
+    @property
+    def is_int(self) -> bool:
+        return all(float(v).is_integer() for v in (self.lo, self.hi, self.step))
+
+    def values(self) -> list:
+        n = int(np.floor((self.hi - self.lo) / self.step + 1e-9)) + 1
+        vals = [self.lo + i * self.step for i in range(n)]
+        return [int(round(v)) for v in vals] if self.is_int else [round(v, 10) for v in vals]
+
+    def default(self):
+        v = self.lo if self.value is None else self.value
+        return int(v) if self.is_int else v
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A control with a fixed list of options: values, or ``(label, value)`` pairs."""
+
+    options: Sequence[Any]
+    value: Any = None
+    pairs: tuple = field(init=False, repr=False)
+
+    def __post_init__(self):
+        pairs = tuple(o if isinstance(o, tuple) and len(o) == 2 else (str(o), o) for o in self.options)
+        if not pairs:
+            raise ValueError("Choice needs at least one option, got an empty list")
+        if self.value is not None and self.value not in [v for _, v in pairs]:
+            raise ValueError(f"Choice value {self.value!r} is not one of its options {[v for _, v in pairs]}")
+        object.__setattr__(self, "pairs", pairs)
+
+    def values(self) -> list:
+        return [v for _, v in self.pairs]
+
+    def labels(self) -> list[str]:
+        return [label for label, _ in self.pairs]
+
+    def default(self):
+        return self.pairs[0][1] if self.value is None else self.value
+
+
+def _label(control: Slider | Choice, value) -> str:
+    if isinstance(control, Choice):
+        return control.labels()[control.values().index(value)]
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# ---------------------------------------------------------------- the figure object
+class InteractiveFigure:
+    """A drawing function with controls; see :func:`interactive`."""
+
+    def __init__(self, draw: Callable[..., Figure], controls: dict, fixed: dict, static: tuple[str, ...],
+                 max_frames: int, alt: str):
+        self.draw, self.controls, self.fixed, self.static = draw, controls, fixed, static
+        self.max_frames, self.alt = max_frames, alt
+        self._widget = None
+
+    # -- shared
+    def defaults(self) -> dict:
+        """The parameters the figure starts with."""
+        return {**self.fixed, **{name: c.default() for name, c in self.controls.items()}}
+
+    def render(self, **params) -> bytes:
+        """Draw with ``params`` over the defaults and return the PNG bytes (the figure is discarded)."""
+        fig = self.draw(**{**self.defaults(), **params})
+        if not isinstance(fig, Figure):
+            raise TypeError(f"{self.draw.__name__} must return a matplotlib Figure, got {type(fig).__name__}")
+        return to_png(fig)
+
+    def time_redraw(self, repeats: int = 3, **params) -> float:
+        """Median seconds for one redraw (draw + render), the cost a moved control pays."""
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            self.render(**params)
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    # -- the website: pre-rendered frames
+    def frame_keys(self) -> list[tuple[int, ...]]:
+        return list(itertools.product(*(range(len(self.controls[n].values())) for n in self.static)))
+
+    def static_html(self) -> str:
+        """Self-contained HTML: one ``<img>`` per frame and a page control per static parameter."""
+        uid = "tlfig-" + uuid.uuid4().hex[:8]
+        start = tuple(self.controls[n].values().index(self.controls[n].default()) for n in self.static)
+        imgs = []
+        for key in self.frame_keys():
+            params = {n: self.controls[n].values()[i] for n, i in zip(self.static, key, strict=True)}
+            data = base64.b64encode(self.render(**params)).decode("ascii")
+            desc = ", ".join(f"{n} = {_label(self.controls[n], v)}" for n, v in params.items())
+            hidden = "" if key == start else " hidden"
+            imgs.append(f'<img src="data:image/png;base64,{data}" data-key="{"_".join(map(str, key))}" '
+                        f'alt="{html.escape(self.alt + " (" + desc + ")")}"{hidden}>')
+        inputs = []
+        for n, i0 in zip(self.static, start, strict=True):
+            c = self.controls[n]
+            labels = [_label(c, v) for v in c.values()]
+            inputs.append(
+                f'<label class="tl-fig-control">{html.escape(n)} '
+                f'<input type="range" min="0" max="{len(labels) - 1}" step="1" value="{i0}" '
+                f"data-labels='{html.escape(json.dumps(labels))}' aria-label=\"{html.escape(n)}\" "
+                f'oninput="tlFig(this)"> <output>{html.escape(labels[i0])}</output></label>')
+        others = [f"{n} = {_label(c, c.default())}" for n, c in self.controls.items() if n not in self.static]
+        note = "Pre-rendered frames: move the slider" + ("s" if len(self.static) > 1 else "")
+        if others:
+            note += f"; fixed here at {', '.join(others)}"
+        note += ". Run the notebook for every control live."
+        return (f'<div class="tl-fig" id="{uid}">{_SCRIPT}'
+                f'<div class="tl-fig-controls">{"".join(inputs)}</div>'
+                f'<div class="tl-fig-frames">{"".join(imgs)}</div>'
+                f'<p class="tl-fig-note">{html.escape(note)}</p></div>')
+
+    # -- Jupyter: live widgets
+    def widget(self):
+        """The ipywidgets panel: one control per parameter above an output that redraws on change."""
+        if self._widget is None:
+            import ipywidgets as w
+            from IPython.display import Image as IPImage
+            from IPython.display import display
+
+            def make(name, c):
+                style = {"description_width": "initial"}
+                if isinstance(c, Choice):
+                    return w.Dropdown(options=list(c.pairs), value=c.default(), description=name, style=style)
+                cls = w.IntSlider if c.is_int else w.FloatSlider
+                return cls(min=c.lo, max=c.hi, step=c.step, value=c.default(), description=name,
+                           continuous_update=True, style=style)
+
+            boxes = {name: make(name, c) for name, c in self.controls.items()}
+            out = w.Output()
+
+            def redraw(_=None):
+                png = self.render(**{n: b.value for n, b in boxes.items()})
+                with out:
+                    out.clear_output(wait=True)
+                    display(IPImage(data=png, format="png"))
+
+            for b in boxes.values():
+                b.observe(redraw, names="value")
+            redraw()
+            self._widget = w.VBox([w.HBox(list(boxes.values()), layout=w.Layout(flex_flow="row wrap")), out])
+        return self._widget
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = dict(self.widget()._repr_mimebundle_(include=include, exclude=exclude) or {})
+        bundle["text/html"] = self.static_html()
+        bundle["text/plain"] = f"<interactive figure: {self.alt}>"
+        return bundle
+
+
+_SCRIPT = (
+    "<script>window.tlFig=window.tlFig||function(el){"
+    "var f=el.closest('.tl-fig'),ins=f.querySelectorAll('.tl-fig-controls input');"
+    "var k=Array.prototype.map.call(ins,function(i){return i.value}).join('_');"
+    "f.querySelectorAll('.tl-fig-frames img').forEach(function(m){m.hidden=(m.dataset.key!==k)});"
+    "el.parentNode.querySelector('output').textContent=JSON.parse(el.dataset.labels)[+el.value];};</script>"
+)
+
+
+def interactive(draw: Callable[..., Figure], *, static: str | Sequence[str] | None = None,
+                max_frames: int = 48, alt: str | None = None, **params) -> InteractiveFigure:
+    """Make ``draw`` interactive: live controls in Jupyter, pre-rendered frames on the website.
+
+    ``params`` name parameters of ``draw``: a :class:`Slider` or :class:`Choice` becomes a control, anything
+    else is passed as is. ``static`` names the one or two controls whose values are pre-rendered for the site
+    (default: the first control); the others stay at their defaults there. At most ``max_frames`` frames.
+    """
+    sig = inspect.signature(draw)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    for name in params:
+        if not takes_any and name not in sig.parameters:
+            raise ValueError(f"{draw.__name__}() has no parameter {name!r}; it takes {list(sig.parameters)}")
+    controls = {n: v for n, v in params.items() if isinstance(v, Slider | Choice)}
+    fixed = {n: v for n, v in params.items() if n not in controls}
+    if not controls:
+        raise ValueError("interactive() needs at least one Slider or Choice control")
+    static = (next(iter(controls)),) if static is None else ((static,) if isinstance(static, str) else tuple(static))
+    if not 1 <= len(static) <= 2:
+        raise ValueError(f"static takes one or two control names, got {len(static)}")
+    for name in static:
+        if name not in controls:
+            raise ValueError(f"static control {name!r} is not one of the controls {list(controls)}")
+    n_frames = int(np.prod([len(controls[n].values()) for n in static]))
+    if n_frames > max_frames:
+        raise ValueError(f"{n_frames} frames for {static} exceeds max_frames={max_frames}; use a coarser step")
+    return InteractiveFigure(draw, controls, fixed, static, max_frames, alt or (draw.__doc__ or draw.__name__)
+                             .strip().splitlines()[0])
