@@ -1,0 +1,184 @@
+"""AdamW and the warm-up + cosine learning-rate schedule (chapter 3, optimization).
+
+AdamW (Kingma & Ba's Adam with Loshchilov & Hutter's decoupled weight decay), for each parameter θ with
+gradient g at step t = 1, 2, ...::
+
+    θ ← θ (1 − η λ)                          decoupled weight decay
+    m ← β₁ m + (1 − β₁) g                    first moment (moving average of g)
+    v ← β₂ v + (1 − β₂) g²                   second moment (moving average of g²)
+    m̂ = m / (1 − β₁ᵗ),  v̂ = v / (1 − β₂ᵗ)   bias correction (chapter 3 derives it)
+    θ ← θ − η m̂ / (√v̂ + ε)
+
+It is a :class:`torch.optim.Optimizer`, so ``state_dict()`` / ``load_state_dict()`` work; per-parameter state
+is ``step`` (an int), ``exp_avg`` (m) and ``exp_avg_sq`` (v). The update runs with ``torch._foreach_*`` ops
+over all tensors of a group at once (no Python loop over elements).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def _check_hyper(lr, betas, eps, weight_decay) -> None:
+    if not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"learning rate must be a finite number > 0, got lr={lr!r}")
+    if not (isinstance(betas, tuple | list) and len(betas) == 2):
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    for i, b in enumerate(betas):
+        if not (isinstance(b, int | float) and 0.0 <= b < 1.0):
+            raise ValueError(f"betas[{i}] must lie in [0, 1), got {b!r}")
+    if not (isinstance(eps, int | float) and math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a finite number > 0, got eps={eps!r}")
+    if not (isinstance(weight_decay, int | float) and math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got weight_decay={weight_decay!r}")
+
+
+class AdamW(torch.optim.Optimizer):
+    """Adam with bias correction and decoupled weight decay; same update as ``torch.optim.AdamW``.
+
+    ``params``: an iterable of tensors or of parameter-group dicts (see :func:`decay_groups`).
+    ``check_finite``: raise ``ValueError`` when a gradient holds NaN or ±inf (costs one reduction per step).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, *, check_finite: bool = True):
+        _check_hyper(lr, betas, eps, weight_decay)
+        self.check_finite = check_finite
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    def add_param_group(self, param_group: dict) -> None:
+        g = {**self.defaults, **param_group}
+        _check_hyper(g["lr"], g["betas"], g["eps"], g["weight_decay"])
+        super().add_param_group(param_group)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One AdamW update of every parameter that has a gradient; returns ``closure()`` if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, ms, vs, steps = [], [], [], [], []
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise ValueError("AdamW does not support sparse gradients")
+                if p.grad.shape != p.shape:
+                    raise ValueError(f"gradient shape {tuple(p.grad.shape)} does not match parameter shape "
+                                     f"{tuple(p.shape)}")
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if state[key].shape != p.shape:
+                        raise ValueError(f"state {key!r} has shape {tuple(state[key].shape)}, parameter has "
+                                         f"{tuple(p.shape)} (a state_dict from another model?)")
+                state["step"] = int(state["step"]) + 1  # t ← t + 1 (a torch AdamW state holds a tensor)
+                params.append(p)
+                grads.append(p.grad)
+                ms.append(state["exp_avg"])
+                vs.append(state["exp_avg_sq"])
+                steps.append(state["step"])
+            if params:
+                if self.check_finite:
+                    self._check_finite(params, grads)
+                self._update(params, grads, ms, vs, steps, group)
+        return loss
+
+    @staticmethod
+    def _check_finite(params, grads) -> None:
+        norms = torch.stack([n.to(torch.float64) for n in torch._foreach_norm(grads)])  # one number per tensor
+        if not torch.isfinite(norms).all():
+            i = int((~torch.isfinite(norms)).nonzero()[0])
+            raise ValueError(f"non-finite gradient (NaN or inf) in parameter of shape {tuple(params[i].shape)}; "
+                             "lower the learning rate or check the loss")
+
+    @staticmethod
+    def _update(params, grads, ms, vs, steps, group) -> None:
+        lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if not (math.isfinite(lr) and lr >= 0):  # a schedule may set lr = 0 at its end, never below
+            raise ValueError(f"learning rate must be finite and >= 0 during training, got {lr!r}")
+        if wd != 0:
+            torch._foreach_mul_(params, 1 - lr * wd)  # θ ← θ(1 − ηλ)
+        torch._foreach_lerp_(ms, grads, 1 - beta1)  # m ← β₁ m + (1 − β₁) g
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)  # v ← β₂ v + (1 − β₂) g²
+        step_sizes = [-lr / (1 - beta1**t) for t in steps]  # −η / (1 − β₁ᵗ)
+        bc2_sqrt = [math.sqrt(1 - beta2**t) for t in steps]  # √(1 − β₂ᵗ)
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, bc2_sqrt)
+        torch._foreach_add_(denom, eps)  # √v̂ + ε
+        torch._foreach_addcdiv_(params, ms, denom, step_sizes)  # θ ← θ − η m̂ / (√v̂ + ε)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state saved by this class or by ``torch.optim.AdamW`` (its tensor ``step`` becomes an int)."""
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            if "step" in state:
+                state["step"] = int(state["step"])
+
+
+def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two parameter groups: tensors with ``dim >= 2`` (matrices, embeddings) decay; the rest do not.
+
+    Biases and LayerNorm weights are 1-D, so they are not pulled towards zero. Shared (tied) parameters
+    appear once. Returns ``[{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0}]``.
+    """
+    if not (isinstance(weight_decay, int | float) and math.isfinite(weight_decay) and weight_decay >= 0):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
+    params = [p for _, p in model.named_parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters")
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return [{"params": decay, "weight_decay": float(weight_decay)}, {"params": rest, "weight_decay": 0.0}]
+
+
+@dataclass(frozen=True)
+class WarmupCosine:
+    """Linear warm-up to ``max_lr``, then cosine decay to ``min_lr`` at step ``total``, then constant.
+
+    η(s) = max_lr (s + 1) / warmup                                   for 0 <= s < warmup
+    η(s) = min_lr + ½ (max_lr − min_lr) (1 + cos(π (s − warmup) / (total − warmup)))   for warmup <= s <= total
+    η(s) = min_lr                                                    for s > total
+    """
+
+    max_lr: float  # peak learning rate, reached at step `warmup`
+    min_lr: float  # floor of the cosine, 0 <= min_lr <= max_lr
+    warmup: int  # number of warm-up steps (0: start at max_lr)
+    total: int  # step at which the cosine reaches min_lr (> warmup)
+
+    def __post_init__(self):
+        if not (math.isfinite(self.max_lr) and self.max_lr > 0):
+            raise ValueError(f"max_lr must be a finite number > 0, got {self.max_lr!r}")
+        if not (math.isfinite(self.min_lr) and 0 <= self.min_lr <= self.max_lr):
+            raise ValueError(f"min_lr must lie in [0, max_lr={self.max_lr}], got {self.min_lr!r}")
+        if not (isinstance(self.warmup, int) and self.warmup >= 0):
+            raise ValueError(f"warmup must be an int >= 0, got {self.warmup!r}")
+        if not (isinstance(self.total, int) and self.total > self.warmup):
+            raise ValueError(f"total must be an int > warmup={self.warmup}, got {self.total!r}")
+
+    def __call__(self, step: int) -> float:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        if step < self.warmup:
+            return self.max_lr * (step + 1) / self.warmup  # linear ramp: η_max (s+1)/w
+        if step > self.total:
+            return self.min_lr
+        progress = (step - self.warmup) / (self.total - self.warmup)  # in [0, 1]
+        return self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1 + math.cos(math.pi * progress))
+
+    def apply(self, optimizer: torch.optim.Optimizer, step: int) -> float:
+        """Set every group's ``lr`` to ``self(step)`` and return it."""
+        lr = self(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr
