@@ -1,0 +1,203 @@
+"""Attention, multi-head attention, token embedding and weight tying (chapter 1: linear algebra).
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
+
+Everything is written with plain tensor operations (matrix products, reshapes, our own softmax), shape comments
+beside each line, and keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
+Masks are boolean with ``True`` = "may attend", the convention of ``F.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from transformer_lab.softmax import softmax
+
+__all__ = ["Embedding", "MultiHeadAttention", "merge_heads", "scaled_dot_product_attention", "split_heads",
+           "tie_weights"]
+
+
+def _shape(x) -> str:
+    return str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
+    """``mask`` must be a bool tensor that broadcasts to ``scores_shape`` = (..., T_q, T_k)."""
+    want = "(..., T_q, T_k) = " + str(tuple(scores_shape))
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a bool tensor broadcastable to {want}, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must have dtype torch.bool (True = may attend), got {mask.dtype}")
+    try:
+        ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {want}")
+
+
+def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 mask: torch.Tensor | None = None, scale: float | None = None,
+                                 dropout: float = 0.0, generator: torch.Generator | None = None):
+    """``softmax(Q Kᵀ · scale) V`` with an optional boolean mask; returns ``(out, weights)``.
+
+    query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), leading dims broadcastable;
+    mask bool, broadcastable to (..., T_q, T_k), True = may attend; ``scale`` defaults to ``1/√d_k``.
+    out (..., T_q, d_v); weights (..., T_q, T_k), rows summing to 1 (a fully masked row gives weights 0
+    and output 0, as PyTorch does). ``dropout`` (training only) zeroes weights with that probability.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor of shape (..., T, d) with at least 2 dims, "
+                             f"got {_shape(t)}")
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(f"query (..., T_q, d_k) and key (..., T_k, d_k) must share d_k: "
+                         f"got query {_shape(query)} and key {_shape(key)}")
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(f"key (..., T_k, d_k) and value (..., T_k, d_v) must share T_k: "
+                         f"got key {_shape(key)} and value {_shape(value)}")
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the leading (batch, head) dims of query {_shape(query)}, key {_shape(key)} and "
+                         f"value {_shape(value)} do not broadcast") from None
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    d_k = query.shape[-1]
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+
+    scores = (query @ key.transpose(-2, -1)) * scale  # S = Q Kᵀ / √d_k   (..., T_q, T_k)
+    if mask is not None:
+        _check_mask(mask, batch + scores.shape[-2:])
+        scores = scores.masked_fill(~mask, float("-inf"))  # S_ij = -inf where j may not be attended
+    weights = softmax(scores, dim=-1)  # A = softmax(S), each row sums to 1   (..., T_q, T_k)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with no allowed key: A = 0
+    if dropout > 0.0:
+        keep = torch.rand(weights.shape, generator=generator, dtype=weights.dtype, device=weights.device) >= dropout
+        weights = weights * keep / (1.0 - dropout)  # inverted dropout: E[A'] = A
+    return weights @ value, weights  # O = A V   (..., T_q, d_v)
+
+
+def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(B, T, C) -> (B, h, T, d_k) with d_k = C / h: a reshape and a transpose, no arithmetic."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"split_heads expects x of shape (B, T, C), got {_shape(x)}")
+    if not isinstance(n_head, int) or n_head < 1 or x.shape[-1] % n_head:
+        raise ValueError(f"C = {x.shape[-1]} must be divisible by n_head, got n_head={n_head!r}")
+    B, T, C = x.shape
+    return x.view(B, T, n_head, C // n_head).transpose(1, 2)  # (B, T, h, d_k) -> (B, h, T, d_k)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, h, T, d_k) -> (B, T, h·d_k): the inverse of :func:`split_heads` (concatenate the heads)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"merge_heads expects x of shape (B, h, T, d_k), got {_shape(x)}")
+    B, h, T, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, h, d_k) -> (B, T, C)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with the parameters of ``nn.MultiheadAttention`` (``batch_first=True``).
+
+    ``in_proj`` = Linear(C, 3C) holds ``[W_Q; W_K; W_V]`` (its weight equals ``in_proj_weight`` there),
+    ``out_proj`` = Linear(C, C) is ``W_O``. Dropout, as in PyTorch, acts on the attention weights.
+
+        head_i = Attention(X_q W_Q^(i), X_k W_K^(i), X_v W_V^(i)),   MHA = concat(head_1 … head_h) W_O
+    """
+
+    def __init__(self, d_model: int, n_head: int, *, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        if not isinstance(d_model, int) or not isinstance(n_head, int) or d_model < 1 or n_head < 1:
+            raise ValueError(f"d_model and n_head must be positive ints, got d_model={d_model!r}, n_head={n_head!r}")
+        if d_model % n_head:
+            raise ValueError(f"d_model % n_head must be 0 (d_k = d_model / n_head), got d_model={d_model}, "
+                             f"n_head={n_head}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.n_head, self.d_k, self.dropout = d_model, n_head, d_model // n_head, dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]   (3C, C)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O   (C, C)
+        nn.init.xavier_uniform_(self.in_proj.weight)  # as nn.MultiheadAttention
+        if bias:
+            nn.init.zeros_(self.in_proj.bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    def _project(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        C = self.d_model
+        w = self.in_proj.weight[i * C:(i + 1) * C]  # W_Q, W_K or W_V   (C, C)
+        b = None if self.in_proj.bias is None else self.in_proj.bias[i * C:(i + 1) * C]
+        y = x @ w.T  # x Wᵀ   (B, T, C)
+        return y if b is None else y + b
+
+    def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: torch.Tensor | None = None, need_weights: bool = False):
+        """query (B, T_q, C), key and value (B, T_k, C) -> out (B, T_q, C).
+
+        mask bool, True = may attend: (T_q, T_k), (B, T_q, T_k), or broadcastable to (B, h, T_q, T_k).
+        Returns ``out``; with ``need_weights=True`` returns ``(out, weights)``, weights (B, h, T_q, T_k) per head.
+        """
+        C = self.d_model
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != C:
+                raise ValueError(f"{name} must have shape (B, T, C={C}), got {_shape(t)}")
+        if not query.shape[0] == key.shape[0] == value.shape[0]:
+            raise ValueError(f"query, key and value must share the batch size B: got {_shape(query)}, "
+                             f"{_shape(key)}, {_shape(value)}")
+        if key.shape[1] != value.shape[1]:
+            raise ValueError(f"key and value must share T_k: got key {_shape(key)}, value {_shape(value)}")
+        B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
+        if mask is not None:
+            if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same mask for every head
+            _check_mask(mask, torch.Size((B, self.n_head, T_q, T_k)))
+        if query is key and key is value:  # self-attention: one product for Q, K and V
+            q, k, v = self.in_proj(query).split(C, dim=-1)  # [Q K V] = X [W_Qᵀ W_Kᵀ W_Vᵀ]   3 × (B, T, C)
+        else:
+            q, k, v = self._project(query, 0), self._project(key, 1), self._project(value, 2)
+        q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # (B, h, T, d_k)
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p)  # (B, h, T_q, d_k)
+        out = self.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
+        return (out, weights) if need_weights else out
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_head={self.n_head}, d_k={self.d_k}, dropout={self.dropout}"
+
+
+class Embedding(nn.Module):
+    """Token embedding: ``weight`` E (V, C); ``forward(idx) = E[idx]`` = one_hot(idx) @ E, idx (...) -> (..., C)."""
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        for name, v in (("vocab_size", vocab_size), ("d_model", d_model)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        self.vocab_size, self.d_model = vocab_size, d_model
+        self.weight = nn.Parameter(torch.randn(vocab_size, d_model))  # E (V, C), N(0, 1) as nn.Embedding
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+            raise ValueError(f"idx must be an integer tensor of token ids, got "
+                             f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, vocab_size={self.vocab_size}), got values in "
+                             f"[{int(idx.min())}, {int(idx.max())}]")
+        return self.weight[idx]  # row idx of E = one_hot(idx) E   (..., C)
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, d_model={self.d_model}"
+
+
+def tie_weights(head: nn.Module, embedding: nn.Module) -> None:
+    """Make ``head.weight`` the very same Parameter as ``embedding.weight`` (both (V, C)): logits = x Eᵀ."""
+    for name, m in (("head", head), ("embedding", embedding)):
+        if not isinstance(getattr(m, "weight", None), torch.Tensor):
+            raise ValueError(f"{name} must be a module with a .weight tensor, got {type(m).__name__}")
+    if head.weight.shape != embedding.weight.shape:
+        raise ValueError(f"to tie, head.weight (vocab_size, d_model) must have the embedding's shape "
+                         f"{tuple(embedding.weight.shape)}, got {tuple(head.weight.shape)}")
+    head.weight = embedding.weight  # one Parameter, two uses: E embeds tokens and scores them

@@ -1,0 +1,142 @@
+"""Chapter 2 (probability): softmax, its Jacobian, its limits, and the chain rule of probability.
+
+Every function returns SymPy objects; :func:`check` lambdifies them and measures the largest disagreement with
+``transformer_lab.softmax`` / ``transformer_lab.sampling`` and the PyTorch reference on random float64 inputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import sympy as sp
+import torch
+import torch.nn.functional as F
+
+__all__ = ["chain_rule", "check", "cross_entropy_one_hot", "logits_symbols", "shift_invariance",
+           "softmax_jacobian_derivation", "softmax_symbolic", "temperature_limits"]
+
+
+def logits_symbols(n: int = 3) -> list[sp.Symbol]:
+    """Real symbols z_1 … z_n."""
+    return list(sp.symbols(f"z_1:{n + 1}", real=True))
+
+
+def softmax_symbolic(z: list) -> sp.Matrix:
+    """The column vector ``p_i = exp(z_i) / Σ_j exp(z_j)``."""
+    total = sum(sp.exp(zj) for zj in z)
+    return sp.Matrix([sp.exp(zi) / total for zi in z])
+
+
+def softmax_jacobian_derivation(n: int = 3) -> dict:
+    """Differentiate softmax entry by entry and show the result is ``diag(p) - p pᵀ``.
+
+    Returns ``{"z", "p", "J" (the raw derivatives ∂p_i/∂z_j), "J_formula" (diag(p) - p pᵀ, written in the same z),
+    "difference" (J - J_formula, simplified: the zero matrix)}``.
+    """
+    z = logits_symbols(n)
+    p = softmax_symbolic(z)
+    J = p.jacobian(z)
+    J_formula = sp.diag(*p) - p * p.T
+    diff = (J - J_formula).applyfunc(sp.simplify)
+    return {"z": z, "p": p, "J": J, "J_formula": J_formula, "difference": diff}
+
+
+def shift_invariance(n: int = 3) -> dict:
+    """``softmax(z + c) - softmax(z)`` simplifies to 0: exp(c) cancels between numerator and denominator."""
+    z = logits_symbols(n)
+    c = sp.Symbol("c", real=True)
+    shifted = softmax_symbolic([zi + c for zi in z])
+    return {"shifted": shifted, "difference": (shifted - softmax_symbolic(z)).applyfunc(sp.simplify)}
+
+
+def temperature_limits() -> dict:
+    """Softmax of three logits at temperature T, written with the gaps a = z_1 - z_2 > 0, b = z_1 - z_3 > 0.
+
+    ``p_1 = 1 / (1 + e^{-a/T} + e^{-b/T})``: as T → 0⁺ it tends to 1 (argmax), as T → ∞ to 1/3 (uniform).
+    """
+    T, a, b = sp.symbols("T a b", positive=True)
+    z1 = sp.Symbol("z_1", real=True)
+    raw = softmax_symbolic([z1 / T, (z1 - a) / T, (z1 - b) / T])  # softmax(z / T)
+    p = softmax_symbolic([0, -a / T, -b / T])  # the same after subtracting z_1 / T (shift invariance)
+    return {"T": T, "a": a, "b": b, "raw": raw, "p": p,
+            "shift_difference": (raw - p).applyfunc(sp.simplify),
+            "limit_T_to_0": [sp.limit(pi, T, 0, "+") for pi in p],
+            "limit_T_to_oo": [sp.limit(pi, T, sp.oo) for pi in p]}
+
+
+def chain_rule(n: int = 3, vocab: int = 2) -> dict:
+    """``P(w_1 … w_n) = Π_t P(w_t | w_<t)`` for a general joint distribution over ``vocab^n`` sequences.
+
+    The joint table is a set of symbols p_{w1…wn}; marginals are sums of it, each conditional is a ratio of
+    marginals, and the product of conditionals telescopes to the joint entry over the table's sum, which is 1
+    (``difference``, with that constraint substituted, is 0).
+    """
+    seqs = list(itertools.product(range(vocab), repeat=n))
+    joint = {s: sp.Symbol("p_" + "".join(map(str, s)), positive=True) for s in seqs}
+
+    def marginal(prefix: tuple) -> sp.Expr:
+        return sum(joint[s] for s in seqs if s[:len(prefix)] == prefix)
+
+    w = seqs[-1]
+    conditionals = [marginal(w[:t + 1]) / marginal(w[:t]) for t in range(n)]
+    product = sp.Mul(*conditionals)  # telescopes to joint[w] / (sum of the whole table)
+    first = joint[seqs[0]]
+    normalised = {first: 1 - (marginal(()) - first)}  # the table sums to 1
+    return {"sequence": w, "joint": joint[w], "conditionals": conditionals, "product": sp.simplify(product),
+            "difference": sp.simplify(product.subs(normalised) - joint[w])}
+
+
+def cross_entropy_one_hot(n: int = 3, target: int = 0) -> dict:
+    """``L = -Σ_i y_i log p_i`` with one-hot y picks ``-log p_target = log Σ_j e^{z_j} - z_target``."""
+    z = logits_symbols(n)
+    p = softmax_symbolic(z)
+    y = [1 if i == target else 0 for i in range(n)]
+    L = -sum(yi * sp.log(pi) for yi, pi in zip(y, p, strict=True))
+    lse = sp.log(sum(sp.exp(zj) for zj in z))
+    return {"L": L, "form": lse - z[target], "difference": sp.simplify(sp.expand_log(L - (lse - z[target]),
+                                                                                      force=True))}
+
+
+def check(seed: int = 0) -> dict[str, float]:
+    """Largest |difference| between SymPy (lambdified), ``transformer_lab`` and PyTorch on random float64 data."""
+    from transformer_lab.sampling import filter_logits
+    from transformer_lab.softmax import log_softmax, softmax, softmax_jacobian
+
+    gen = torch.Generator().manual_seed(seed)
+    n = 4
+    z = torch.randn(n, generator=gen, dtype=torch.float64) * 3
+    der = softmax_jacobian_derivation(n)
+    sym_p = torch.tensor(sp.lambdify([der["z"]], der["p"], "numpy")(z.tolist()), dtype=torch.float64).reshape(-1)
+    sym_J = torch.tensor(sp.lambdify([der["z"]], der["J"], "numpy")(z.tolist()), dtype=torch.float64)
+    ours_p = softmax(z)
+    out = {
+        "softmax: sympy vs ours": float((sym_p - ours_p).abs().max()),
+        "softmax: ours vs F.softmax": float((ours_p - F.softmax(z, -1)).abs().max()),
+        "log_softmax: ours vs F.log_softmax": float((log_softmax(z) - F.log_softmax(z, -1)).abs().max()),
+        "jacobian: sympy vs diag(p) - ppᵀ (ours)": float((sym_J - softmax_jacobian(ours_p)).abs().max()),
+        "jacobian: ours vs torch.func.jacrev(F.softmax)":
+            float((softmax_jacobian(ours_p) - torch.func.jacrev(lambda t: F.softmax(t, -1))(z)).abs().max()),
+        "shift invariance: softmax(z + 1000) vs softmax(z)": float((softmax(z + 1000) - ours_p).abs().max()),
+    }
+    lim = temperature_limits()
+    f = sp.lambdify([lim["T"], lim["a"], lim["b"]], lim["p"], "numpy")
+    zz = torch.tensor([1.5, 0.25, -0.5], dtype=torch.float64)
+    worst = 0.0
+    for T in (0.05, 0.5, 1.0, 4.0, 100.0):
+        sym = torch.tensor(f(T, float(zz[0] - zz[1]), float(zz[0] - zz[2])), dtype=torch.float64).reshape(-1)
+        worst = max(worst, float((sym - softmax(filter_logits(zz, temperature=T))).abs().max()))
+    out["temperature: sympy vs ours (T = 0.05 … 100)"] = worst
+    out["T = 1e-3 vs argmax one-hot"] = float((softmax(zz / 1e-3) - F.one_hot(zz.argmax(), 3)).abs().max())
+    out["T = 1e6 vs uniform"] = float((softmax(zz / 1e6) - 1 / 3).abs().max())
+    # the chain rule on a random joint over 2^3 sequences, with conditionals computed by counting marginals
+    joint = torch.rand(2, 2, 2, generator=gen, dtype=torch.float64)
+    joint = joint / joint.sum()
+    p1 = joint.sum((1, 2))
+    p2 = joint.sum(2) / p1[:, None]
+    p3 = joint / joint.sum(2, keepdim=True)
+    prod = p1[:, None, None] * p2[:, :, None] * p3
+    out["chain rule: product of conditionals vs joint"] = float((prod - joint).abs().max())
+    ce = -log_softmax(z)[2]
+    out["cross-entropy: -log_softmax(z)[y] vs F.cross_entropy"] = float(
+        (ce - F.cross_entropy(z[None], torch.tensor([2]))).abs())
+    return out

@@ -1,0 +1,79 @@
+"""Sampling the next token: temperature, top-k and top-p (nucleus) (chapter 2: probability).
+
+Given logits ``z`` (..., V), :func:`filter_logits` applies, in this order,
+
+* temperature ``T > 0``:   z ← z / T                (T → 0: argmax; T → ∞: uniform)
+* top-k:                   keep the k largest z_i   (ties with the k-th are kept)
+* top-p (nucleus):         keep the smallest set of most probable tokens whose probability reaches p
+
+and sets every removed logit to ``-inf``; :func:`sample` draws one token per row from ``softmax`` of the result by
+inverting the cumulative distribution with a seeded ``torch.Generator``. Greedy decoding (T = 0) is not a
+temperature: write ``logits.argmax(-1)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from transformer_lab.softmax import softmax
+
+__all__ = ["filter_logits", "sample"]
+
+
+def _validate(logits, temperature, top_k, top_p) -> None:
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() < 1:
+        got = f"{logits.dtype} {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a floating-point tensor of shape (..., V), got {got}")
+    if logits.shape[-1] < 1:
+        raise ValueError(f"logits must have a vocabulary of at least one token, got shape {tuple(logits.shape)}")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
+            math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r} "
+                         "(for greedy decoding use logits.argmax(-1))")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, int | float)
+                              or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None) -> torch.Tensor:
+    """Logits (..., V) divided by ``temperature``, with ``-inf`` at every token top-k or top-p removes.
+
+    ``top_k`` larger than V keeps everything; ``top_p = 1`` keeps everything; the most probable token is always
+    kept, so every row keeps at least one token.
+    """
+    _validate(logits, temperature, top_k, top_p)
+    z = logits / temperature  # z / T   (..., V)
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]  # the k-th largest logit   (..., 1)
+        z = z.masked_fill(z < kth, float("-inf"))  # keep z_i >= z_(k)
+    if top_p is not None and top_p < 1.0:
+        sorted_z, order = torch.sort(z, dim=-1, descending=True)  # (..., V)
+        probs = softmax(sorted_z, dim=-1)  # p_(1) >= p_(2) >= ...
+        before = torch.cumsum(probs, dim=-1) - probs  # mass of the tokens ranked above this one
+        drop_sorted = before >= top_p  # drop once the tokens above already reach p (the first is always kept)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
+        z = z.masked_fill(drop, float("-inf"))
+    return z
+
+
+def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
+           top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token id per row of ``logits`` (..., V) -> (...), int64, drawn from ``softmax(filter_logits(...))``.
+
+    Inverse-CDF sampling: with ``u ~ U[0, 1)`` from ``generator``, return the first i with
+    ``F_i = p_1 + ... + p_i > u · F_V``; a token of probability 0 can never be drawn.
+    """
+    probs = softmax(filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p), dim=-1)  # (..., V)
+    if torch.isnan(probs).any():
+        raise ValueError("logits contain NaN, or a row is entirely -inf: there is no distribution to sample from")
+    cdf = torch.cumsum(probs, dim=-1)  # F_i   (..., V)
+    u = torch.rand((*probs.shape[:-1], 1), generator=generator, dtype=probs.dtype, device=probs.device)
+    idx = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)  # first i with F_i > u F_V   (..., 1)
+    ids = torch.arange(probs.shape[-1], device=probs.device)
+    last = torch.where(probs > 0, ids, 0).amax(dim=-1, keepdim=True)  # last token with p_i > 0 (rounding guard)
+    return torch.minimum(idx, last).squeeze(-1)
