@@ -1,0 +1,268 @@
+"""Chapter 5: transformer_lab.information against SymPy and PyTorch (float64), plus every bad-input case.
+
+Tolerances: float64 values and gradients agree to rtol=1e-12 / atol=1e-12 (a handful of floating-point operations,
+each exact to ~1e-16); the SymPy derivations are compared through ``ch5.check`` at 1e-10.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lab import information as info
+from transformer_lab.derivations import ch5
+
+TOL = {"rtol": 1e-12, "atol": 1e-12}
+
+
+def _dist(*shape, seed=0, scale=2.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=g, dtype=torch.float64) * scale, dim=-1)
+
+
+# ---------------------------------------------------------------- the derivations
+def test_derivation_check_agrees():
+    result = ch5.check(seed=1)
+    assert len(result) >= 10
+    for name, diff in result.items():
+        assert diff < 1e-10, f"{name}: {diff}"
+
+
+def test_symbolic_identities_are_zero():
+    assert ch5.cross_entropy_decomposition(4)[-1][1] == 0
+    assert ch5.gibbs_inequality()[-1][1] == 0
+    steps = dict(ch5.cross_entropy_minimum(3))
+    assert steps["H(p, q*) - H(p)"] == 0
+    p, _ = ch5.distributions(3)
+    assert list(steps["q* (with Σ p = 1)"]) == [p[0], p[1], 1 - p[0] - p[1]]
+    assert dict(ch5.softmax_cross_entropy(4, target=2))["∂(shifted)/∂m  (independent of m: choose m = max z)"] == 0
+    assert ch5.nats_and_bits()[2][1] == 0
+
+
+# ---------------------------------------------------------------- entropy, KL, cross-entropy of distributions
+def test_entropy_known_values():
+    assert info.entropy(torch.full((8,), 1 / 8, dtype=torch.float64)).item() == pytest.approx(math.log(8), abs=1e-15)
+    assert info.entropy(torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)).item() == 0.0  # 0 log 0 = 0
+    p = _dist(5, 7, seed=3)
+    torch.testing.assert_close(info.entropy(p.transpose(0, 1), dim=0), info.entropy(p), **TOL)
+
+
+def test_kl_and_cross_entropy_match_torch_values_and_gradients():
+    p, q0 = _dist(6, 10, seed=1), _dist(6, 10, seed=2)
+    q = q0.clone().requires_grad_(True)
+    ours = info.kl_divergence(p, q)
+    ref = F.kl_div(q.log(), p, reduction="none").sum(-1)
+    torch.testing.assert_close(ours, ref, **TOL)
+    (g_ours,) = torch.autograd.grad(ours.sum(), q)
+    (g_ref,) = torch.autograd.grad(ref.sum(), q)
+    torch.testing.assert_close(g_ours, g_ref, **TOL)
+    hpq = info.distribution_cross_entropy(p, q0)
+    torch.testing.assert_close(hpq, F.cross_entropy(q0.log(), p, reduction="none"), **TOL)
+    torch.testing.assert_close(hpq, info.entropy(p) + info.kl_divergence(p, q0), **TOL)  # H(p,q) = H(p) + KL
+
+
+def test_gibbs_kl_nonnegative_and_zero_at_p():
+    p, q = _dist(200, 6, seed=4), _dist(200, 6, seed=5)
+    assert (info.kl_divergence(p, q) > 0).all()
+    torch.testing.assert_close(info.kl_divergence(p, p), torch.zeros(200, dtype=torch.float64), **TOL)
+
+
+def test_kl_infinite_where_q_vanishes_and_zero_where_p_does():
+    p = torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)
+    assert info.kl_divergence(p, torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)).item() == math.inf
+    assert math.isfinite(info.kl_divergence(p, torch.tensor([0.5, 0.5 - 1e-300, 1e-300],
+                                                           dtype=torch.float64)).item())
+
+
+# ---------------------------------------------------------------- the training loss from logits
+@pytest.mark.parametrize("scale", [1.0, 1e3, 1e6])
+@pytest.mark.parametrize("shape", [(7, 11), (3, 5, 11), (1, 1, 11)])
+def test_cross_entropy_matches_torch_values_and_gradients(shape, scale):
+    g = torch.Generator().manual_seed(0)
+    z0 = torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+    y = torch.randint(0, shape[-1], shape[:-1], generator=g)
+    for reduction in ("mean", "sum", "none"):
+        z1, z2 = z0.clone().requires_grad_(True), z0.clone().requires_grad_(True)
+        ours = info.cross_entropy(z1, y, reduction=reduction)
+        ref = F.cross_entropy(z2.reshape(-1, shape[-1]), y.reshape(-1), reduction=reduction)
+        ref = ref.reshape(y.shape) if reduction == "none" else ref
+        assert torch.isfinite(ours).all()
+        torch.testing.assert_close(ours, ref, **TOL)
+        ours.sum().backward()
+        ref.sum().backward()
+        torch.testing.assert_close(z1.grad, z2.grad, **TOL)
+
+
+@pytest.mark.parametrize("ignore_index", [-100, -1, 3])
+def test_cross_entropy_ignore_index(ignore_index):
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(4, 6, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 9, (4, 6), generator=g)
+    y[y == ignore_index] = 0
+    y[0, :3] = ignore_index  # three ignored tokens
+    y[2, 5] = ignore_index
+    ours = info.cross_entropy(z, y, ignore_index=ignore_index)
+    ref = F.cross_entropy(z.transpose(1, 2), y, ignore_index=ignore_index)  # torch wants (B, V, T)
+    torch.testing.assert_close(ours, ref, **TOL)
+    (g1,) = torch.autograd.grad(ours, z)
+    (g2,) = torch.autograd.grad(ref, z)
+    torch.testing.assert_close(g1, g2, **TOL)
+    assert (g1[0, :3] == 0).all()
+    none = info.cross_entropy(z, y, ignore_index=ignore_index, reduction="none")
+    assert (none[0, :3] == 0).all()
+    assert (none[1] > 0).all()
+
+
+def test_cross_entropy_all_ignored():
+    z = torch.randn(4, 6, 9, dtype=torch.float64)
+    assert (info.cross_entropy(z, torch.full((4, 6), -100), reduction="none") == 0).all()
+    assert torch.isnan(info.cross_entropy(z, torch.full((4, 6), -100)))  # every token ignored: NaN, like PyTorch
+
+
+def test_cross_entropy_with_minus_inf_logits():
+    z = torch.tensor([[0.0, -math.inf, 1.0], [-math.inf, -math.inf, 2.0]], dtype=torch.float64)
+    y = torch.tensor([2, 2])
+    torch.testing.assert_close(info.cross_entropy(z, y, reduction="none"), F.cross_entropy(z, y, reduction="none"))
+
+
+def test_cross_entropy_float32_extreme():
+    z = torch.tensor([[1e30, 0.0, -1e30]], dtype=torch.float32)
+    assert info.cross_entropy(z, torch.tensor([0])).item() == 0.0
+    assert info.cross_entropy(z, torch.tensor([1])).item() == pytest.approx(1e30, rel=1e-6)
+
+
+def test_perplexity_and_bits():
+    assert info.perplexity(math.log(65)) == pytest.approx(65)
+    torch.testing.assert_close(info.perplexity(torch.tensor([0.0, 1.0])), torch.tensor([1.0, math.e]))
+    assert info.bits_per_char(math.log(2)) == pytest.approx(1.0)
+    assert info.bits_per_char(math.log(4), chars_per_token=2.0) == pytest.approx(1.0)
+    uniform = torch.zeros(10, 65, dtype=torch.float64)
+    assert info.cross_entropy(uniform, torch.arange(10)).item() == pytest.approx(math.log(65))
+
+
+def test_attention_entropy():
+    w = torch.softmax(torch.randn(2, 4, 5, 5, dtype=torch.float64).masked_fill(
+        ~torch.ones(5, 5, dtype=torch.bool).tril(), -math.inf), dim=-1)  # (B, h, T, T) causal
+    H = info.attention_entropy(w)
+    assert H.shape == (2, 4, 5)
+    assert (H[..., 0] == 0).all()  # the first query sees one key
+    max_entropy = torch.log(torch.arange(1, 6, dtype=torch.float64))  # log(number of keys query i sees)
+    assert (H - max_entropy <= 1e-12).all()
+    torch.testing.assert_close(info.attention_entropy(torch.full((3, 3), 1 / 3, dtype=torch.float64)),
+                               torch.full((3,), math.log(3), dtype=torch.float64))
+
+
+# ---------------------------------------------------------------- n-gram floors
+def test_ngram_entropy_known_values():
+    assert info.ngram_entropy("abab" * 50, 1) == pytest.approx(1.0)
+    assert info.ngram_entropy("abab" * 50, 2) == pytest.approx(0.0)  # b always follows a
+    assert info.ngram_entropy("aaaa", 1) == 0.0
+    text = "the quick brown fox jumps over the lazy dog " * 20
+    H = [info.ngram_entropy(text, n) for n in (1, 2, 3, 4)]
+    assert all(a >= b - 1e-12 for a, b in itertools.pairwise(H))  # conditioning never increases entropy
+
+
+def test_ngram_entropy_matches_direct_count():
+    from collections import Counter
+    text = "to be, or not to be, that is the question: " * 7 + "whether 'tis nobler"
+    for n in (1, 2, 3):
+        circle = text + text[:n - 1]  # read as a circle
+        grams = Counter(circle[i:i + n] for i in range(len(text)))
+        ctx = Counter()
+        for gram, c in grams.items():
+            ctx[gram[:-1]] += c
+        N = sum(grams.values())
+        direct = -sum(c / N * math.log2(c / ctx[g[:-1]]) for g, c in grams.items())
+        assert info.ngram_entropy(text, n) == pytest.approx(direct, abs=1e-12)
+
+
+def test_ngram_cross_entropy_and_floors():
+    train = "abcabcabcabd" * 30
+    assert info.ngram_cross_entropy(train, train, 1, alpha=1e-9) == pytest.approx(info.ngram_entropy(train, 1),
+                                                                                  abs=1e-6)
+    unseen = info.ngram_cross_entropy(train, "xyz", 1)
+    assert unseen > info.ngram_cross_entropy(train, "abc", 1)
+    floors = info.ngram_floors(train, (1, 2, 3))
+    assert list(floors) == [1, 2, 3]
+    assert floors[1] >= floors[2] >= floors[3]
+    assert set(info.ngram_floors(train, (1, 2), held_out="abcabd")) == {1, 2}
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(("p", "match"), [
+    (torch.tensor([0.5, 0.6], dtype=torch.float64), "sum to 1"),
+    (torch.tensor([1.5, -0.5], dtype=torch.float64), r"\[0, 1\]"),
+    (torch.tensor([1, 0]), "floating-point"),
+    (torch.tensor(1.0), "at least one dimension"),
+    ([0.5, 0.5], "torch.Tensor"),
+    (torch.tensor([math.nan, 1.0]), "NaN"),
+])
+def test_entropy_bad_input(p, match):
+    with pytest.raises(ValueError, match=match):
+        info.entropy(p)
+
+
+def test_entropy_bad_dim():
+    with pytest.raises(ValueError, match="out of range"):
+        info.entropy(torch.tensor([0.5, 0.5]), dim=2)
+
+
+def test_kl_bad_input():
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    with pytest.raises(ValueError, match="same shape"):
+        info.kl_divergence(p, torch.full((4,), 0.25, dtype=torch.float64))
+    with pytest.raises(ValueError, match="q must sum to 1"):
+        info.kl_divergence(p, torch.tensor([0.5, 0.4], dtype=torch.float64))
+    with pytest.raises(ValueError, match="same shape"):
+        info.distribution_cross_entropy(p, torch.full((4,), 0.25, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(("logits", "targets", "kw", "match"), [
+    (torch.zeros(4, 5), torch.zeros(4), {}, "integer"),
+    (torch.zeros(4, 5, dtype=torch.long), torch.zeros(4, dtype=torch.long), {}, "floating-point"),
+    (torch.zeros(5), torch.zeros((), dtype=torch.long), {}, r"\(N, V\) or \(B, T, V\)"),
+    (torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4, dtype=torch.long), {}, r"\(N, V\) or \(B, T, V\)"),
+    (torch.zeros(4, 5), torch.zeros(3, dtype=torch.long), {}, "targets must have shape"),
+    (torch.zeros(2, 3, 5), torch.zeros(3, 2, dtype=torch.long), {}, "targets must have shape"),
+    (torch.zeros(4, 5), torch.tensor([0, 1, 5, 2]), {}, r"\[0, 5\)"),
+    (torch.zeros(4, 5), torch.tensor([0, 1, -3, 2]), {}, r"\[0, 5\)"),
+    (torch.zeros(4, 5), torch.tensor([0, 1, 2, 3]), {"reduction": "avg"}, "reduction"),
+    (torch.zeros(4, 5), torch.tensor([True, False, True, True]), {}, "integer"),
+])
+def test_cross_entropy_bad_input(logits, targets, kw, match):
+    with pytest.raises(ValueError, match=match):
+        info.cross_entropy(logits, targets, **kw)
+
+
+def test_scalar_helpers_bad_input():
+    with pytest.raises(ValueError, match="non-negative"):
+        info.perplexity(-1.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        info.perplexity(torch.tensor([-0.1]))
+    with pytest.raises(ValueError, match="non-negative"):
+        info.bits_per_char("2.0")
+    with pytest.raises(ValueError, match="chars_per_token"):
+        info.bits_per_char(1.0, chars_per_token=0)
+    with pytest.raises(ValueError, match=r"\(\.\.\., T_q, T_k\)"):
+        info.attention_entropy(torch.tensor([0.5, 0.5]))
+    with pytest.raises(ValueError, match="sum to 1"):
+        info.attention_entropy(torch.ones(3, 3))
+
+
+def test_ngram_bad_input():
+    with pytest.raises(ValueError, match="integer >= 1"):
+        info.ngram_entropy("abc", 0)
+    with pytest.raises(ValueError, match="integer >= 1"):
+        info.ngram_entropy("abc", 1.5)
+    with pytest.raises(ValueError, match="at least n=4"):
+        info.ngram_entropy("abc", 4)
+    with pytest.raises(ValueError, match="must be a str"):
+        info.ngram_entropy(["a", "b"], 1)
+    with pytest.raises(ValueError, match="too large"):
+        info.ngram_entropy("".join(map(chr, range(40, 140))) * 3, 12)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        info.ngram_cross_entropy("abc", "abc", 1, alpha=0)

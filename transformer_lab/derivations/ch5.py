@@ -1,0 +1,199 @@
+"""Chapter 5 (information theory) derivations in SymPy.
+
+Each function returns SymPy objects (mostly a list of ``(step, expression)`` pairs, the steps a textbook does by
+hand) ending in the form ``transformer_lab.information`` implements. :func:`check` lambdifies the results and
+compares them with our code and with PyTorch (``F.cross_entropy``, ``F.kl_div``) in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+import torch
+import torch.nn.functional as F
+
+from transformer_lab import information as info
+
+
+def distributions(n: int = 3):
+    """Symbols p_1 … p_n and q_1 … q_n, positive (the probabilities of n outcomes under p and under q)."""
+    p = sp.symbols(f"p_1:{n + 1}", positive=True)
+    q = sp.symbols(f"q_1:{n + 1}", positive=True)
+    return p, q
+
+
+def entropy_expr(p) -> sp.Expr:
+    """H(p) = -Σ p_i log p_i."""
+    return -sum(pi * sp.log(pi) for pi in p)
+
+
+def cross_entropy_expr(p, q) -> sp.Expr:
+    """H(p, q) = -Σ p_i log q_i."""
+    return -sum(pi * sp.log(qi) for pi, qi in zip(p, q, strict=True))
+
+
+def kl_expr(p, q) -> sp.Expr:
+    """KL(p ‖ q) = Σ p_i log(p_i / q_i)."""
+    return sum(pi * sp.log(pi / qi) for pi, qi in zip(p, q, strict=True))
+
+
+def cross_entropy_decomposition(n: int = 3) -> list[tuple[str, sp.Expr]]:
+    """H(p, q) = H(p) + KL(p ‖ q): expand the logs of the KL term and the difference vanishes."""
+    p, q = distributions(n)
+    H_pq, H_p, KL = cross_entropy_expr(p, q), entropy_expr(p), kl_expr(p, q)
+    KL_expanded = sp.expand(sp.expand_log(KL, force=True))  # log(p/q) = log p - log q
+    return [
+        ("H(p, q)", H_pq),
+        ("H(p)", H_p),
+        ("KL(p‖q)", KL),
+        ("KL(p‖q), logs expanded", KL_expanded),
+        ("H(p) + KL(p‖q)", sp.expand(H_p + KL_expanded)),
+        ("H(p, q) - [H(p) + KL(p‖q)]", sp.simplify(H_pq - H_p - KL_expanded)),
+    ]
+
+
+def gibbs_inequality() -> list[tuple[str, sp.Expr]]:
+    """KL(p ‖ q) ≥ 0 from log x ≤ x - 1: f(x) = x - 1 - log x has its only minimum, 0, at x = 1."""
+    x = sp.symbols("x", positive=True)
+    f = x - 1 - sp.log(x)
+    crit = sp.solve(sp.diff(f, x), x)
+    p, q = distributions(3)
+    bound = sum(pi * (qi / pi - 1) for pi, qi in zip(p, q, strict=True))  # Σ p (q/p - 1) ≥ Σ p log(q/p) = -KL
+    return [
+        ("f(x) = x - 1 - log x", f),
+        ("f'(x)", sp.diff(f, x)),
+        ("critical points", sp.FiniteSet(*crit)),
+        ("f''(x)  (> 0: convex, so the critical point is the minimum)", sp.diff(f, x, 2)),
+        ("f(1)", f.subs(x, 1)),
+        ("-KL(p‖q) = Σ p_i log(q_i/p_i) ≤ Σ p_i (q_i/p_i - 1) =", sp.expand(bound)),
+        ("… which is Σq - Σp = 1 - 1 for two distributions", sp.expand(bound).subs({q[-1]: 1 - sum(q[:-1]),
+                                                                                    p[-1]: 1 - sum(p[:-1])})),
+    ]
+
+
+def cross_entropy_minimum(n: int = 3) -> list[tuple[str, sp.Expr]]:
+    """Minimise H(p, q) over q with Σ q = 1 (Lagrange): the unique stationary point is q = p, a minimum."""
+    p, q = distributions(n)
+    lam = sp.symbols("lambda", positive=True)
+    lagrangian = cross_entropy_expr(p, q) + lam * (sum(q) - 1)
+    grad = [sp.diff(lagrangian, qi) for qi in q]
+    q_star = {qi: sp.solve(g, qi)[0] for qi, g in zip(q, grad, strict=True)}  # q_i = p_i / λ
+    lam_star = sp.solve(sp.Eq(sum(q_star.values()), 1), lam)[0]  # λ = Σ p_i
+    sol = [sp.simplify(v.subs(lam, lam_star)) for v in q_star.values()]
+    on_simplex = [s.subs(p[-1], 1 - sum(p[:-1])) for s in sol]  # use Σ p = 1
+    hessian = sp.hessian(cross_entropy_expr(p, q), q)
+    return [
+        ("Lagrangian", lagrangian),
+        ("∂/∂q_i = 0", sp.Matrix(grad)),
+        ("q_i =", sp.Matrix(list(q_star.values()))),
+        ("λ (from Σ q = 1)", lam_star),
+        ("q* (with Σ p = 1)", sp.Matrix([sp.simplify(s) for s in on_simplex])),
+        ("Hessian of H(p, q) in q (positive definite)", hessian),
+        ("H(p, q*) - H(p)", sp.simplify(cross_entropy_expr(p, p) - entropy_expr(p))),
+    ]
+
+
+def nats_and_bits() -> list[tuple[str, sp.Expr]]:
+    """log₂ x = ln x / ln 2, so an entropy or a loss in bits is the one in nats divided by ln 2."""
+    x = sp.symbols("x", positive=True)
+    p, _ = distributions(2)
+    H_bits = -sum(pi * sp.log(pi, 2) for pi in p)
+    return [
+        ("log_2 x", sp.log(x, 2)),
+        ("H in bits", H_bits),
+        ("H in bits · ln 2 - H in nats", sp.simplify(H_bits * sp.log(2) - entropy_expr(p))),
+        ("1 nat in bits", 1 / sp.log(2)),
+        ("… numerically", sp.N(1 / sp.log(2), 6)),
+    ]
+
+
+def softmax_cross_entropy(V: int = 3, target: int = 0) -> list[tuple[str, sp.Expr]]:
+    """-log softmax(z)_y = LSE(z) - z_y, and LSE(z) = m + log Σ e^{z_j - m} for every m (the stable form)."""
+    z = sp.symbols(f"z_1:{V + 1}", real=True)
+    m = sp.symbols("m", real=True)
+    softmax_y = sp.exp(z[target]) / sum(sp.exp(zj) for zj in z)
+    nll = -sp.log(softmax_y)
+    lse = sp.log(sum(sp.exp(zj) for zj in z))
+    shifted = m + sp.log(sum(sp.exp(zj - m) for zj in z)) - z[target]
+    grad = sp.Matrix([sp.simplify(sp.diff(nll, zj)) for zj in z])
+    softmax = sp.Matrix([sp.exp(zi) / sum(sp.exp(zj) for zj in z) for zi in z])
+    onehot = sp.Matrix([int(i == target) for i in range(V)])
+    return [
+        ("softmax(z)_y", softmax_y),
+        ("-log softmax(z)_y", nll),
+        ("… logs expanded", sp.expand_log(nll, force=True)),
+        ("= LSE(z) - z_y, difference", sp.simplify(sp.expand_log(nll, force=True) - (lse - z[target]))),
+        ("shifted form, any m", shifted),
+        ("∂(shifted)/∂m  (independent of m: choose m = max z)", sp.simplify(sp.diff(shifted, m))),
+        ("∂L/∂z", grad),
+        ("∂L/∂z - (softmax(z) - onehot(y))", sp.simplify(grad - (softmax - onehot))),
+    ]
+
+
+def chain_rule_nll(T: int = 3) -> list[tuple[str, sp.Expr]]:
+    """-log P(w_1 … w_T) = Σ_t -log P(w_t | w_<t): the summed per-token cross-entropy is the sequence NLL."""
+    P = sp.symbols(f"P_1:{T + 1}", positive=True)  # P_t = P(w_t | w_<t), the softmax output at the target
+    joint = sp.Mul(*P)  # chain rule of probability
+    return [
+        ("P(w_1 … w_T) by the chain rule", joint),
+        ("-log P(w_1 … w_T)", -sp.log(joint)),
+        ("… logs expanded = Σ_t cross-entropy of step t", sp.expand_log(-sp.log(joint), force=True)),
+    ]
+
+
+# ---------------------------------------------------------------- numerical agreement
+def _lambdified_ce(V: int):
+    """Lambdified stable CE for each target y: f_y(z_1 … z_V, m), and the gradient expressions."""
+    z = sp.symbols(f"z_1:{V + 1}", real=True)
+    m = sp.symbols("m", real=True)
+    fs, grads = [], []
+    for y in range(V):
+        shifted = m + sp.log(sum(sp.exp(zj - m) for zj in z)) - z[y]
+        fs.append(sp.lambdify((*z, m), shifted, "numpy"))
+        grads.append(sp.lambdify((*z, m), [sp.diff(shifted, zj) for zj in z], "numpy"))
+    return fs, grads
+
+
+def check(seed: int = 0) -> dict[str, float]:
+    """Largest |difference| between the SymPy results (lambdified), ours and PyTorch, float64, random inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    n, N = 5, 64
+    p = torch.softmax(torch.randn(N, n, generator=gen, dtype=torch.float64) * 2, dim=-1)
+    q = torch.softmax(torch.randn(N, n, generator=gen, dtype=torch.float64) * 2, dim=-1)
+    ps, qs = distributions(n)
+    H_pq = sp.lambdify((*ps, *qs), cross_entropy_expr(ps, qs), "numpy")
+    H_p = sp.lambdify(ps, entropy_expr(ps), "numpy")
+    KL = sp.lambdify((*ps, *qs), kl_expr(ps, qs), "numpy")
+    sym_hpq = torch.from_numpy(np.asarray(H_pq(*p.T.numpy(), *q.T.numpy())))
+    sym_kl = torch.from_numpy(np.asarray(KL(*p.T.numpy(), *q.T.numpy())))
+    sym_hp = torch.from_numpy(np.asarray(H_p(*p.T.numpy())))
+    ours_hpq = info.distribution_cross_entropy(p, q)
+    torch_hpq = F.cross_entropy(q.log(), p, reduction="none")  # soft targets: -Σ p log softmax(log q)
+    torch_kl = F.kl_div(q.log(), p, reduction="none").sum(-1)
+    out = {
+        "H(p,q): sympy vs ours": (sym_hpq - ours_hpq).abs().max().item(),
+        "H(p,q): ours vs F.cross_entropy(soft)": (ours_hpq - torch_hpq).abs().max().item(),
+        "H(p,q) - H(p) - KL: ours": (ours_hpq - info.entropy(p) - info.kl_divergence(p, q)).abs().max().item(),
+        "H(p): sympy vs ours": (sym_hp - info.entropy(p)).abs().max().item(),
+        "KL: sympy vs ours": (sym_kl - info.kl_divergence(p, q)).abs().max().item(),
+        "KL: ours vs F.kl_div": (info.kl_divergence(p, q) - torch_kl).abs().max().item(),
+        "Gibbs violation: max(0, -min KL)": max(0.0, -info.kl_divergence(p, q).min().item()),
+    }
+    # cross-entropy from logits, ordinary and extreme (|z| up to 1e4): values and gradients
+    V = 6
+    fs, grads = _lambdified_ce(V)
+    for label, scale in (("logits", 3.0), ("extreme logits", 1e4)):
+        z = (torch.randn(N, V, generator=gen, dtype=torch.float64) * scale).requires_grad_(True)
+        y = torch.randint(0, V, (N,), generator=gen)
+        zn, m = z.detach().numpy(), z.detach().amax(-1).numpy()
+        sym = torch.tensor([fs[t](*zn[i], m[i]) for i, t in enumerate(y.tolist())], dtype=torch.float64)
+        sym_g = torch.tensor([grads[t](*zn[i], m[i]) for i, t in enumerate(y.tolist())], dtype=torch.float64) / N
+        ours = info.cross_entropy(z, y, reduction="none")
+        (g_ours,) = torch.autograd.grad(ours.mean(), z)
+        ref = F.cross_entropy(z, y, reduction="none")
+        (g_ref,) = torch.autograd.grad(ref.mean(), z)
+        out[f"CE {label}: sympy vs ours"] = (sym - ours.detach()).abs().max().item()
+        out[f"CE {label}: ours vs F.cross_entropy"] = (ours - ref).abs().max().item()
+        out[f"dCE/dz {label}: sympy vs ours"] = (sym_g - g_ours).abs().max().item()
+        out[f"dCE/dz {label}: ours vs torch"] = (g_ours - g_ref).abs().max().item()
+    return out

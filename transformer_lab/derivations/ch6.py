@@ -1,0 +1,171 @@
+"""Chapter 6 (combinatorics) derivations in SymPy.
+
+Relative position is linear for sinusoidal encodings (PE(pos + k) = R(k)·PE(pos)); RoPE scores depend on m - n
+only; a causal mask admits n(n+1)/2 of the n² pairs; the ways heads can split d_model. :func:`check` lambdifies
+the results and compares them with ``transformer_lab.positional`` and with independent references.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import sympy as sp
+import torch
+from sympy.utilities.iterables import multiset_partitions
+
+from transformer_lab import positional as pos_mod
+
+pos, k, omega = sp.symbols("pos k omega", real=True)
+
+
+def rotation(angle: sp.Expr) -> sp.Matrix:
+    """The 2×2 block acting on a (sin, cos) pair: [[cos a, sin a], [-sin a, cos a]]."""
+    return sp.Matrix([[sp.cos(angle), sp.sin(angle)], [-sp.sin(angle), sp.cos(angle)]])
+
+
+def pe_pair(position: sp.Expr, w: sp.Expr = omega) -> sp.Matrix:
+    """One (sin, cos) pair of the sinusoidal encoding: (PE(pos, 2i), PE(pos, 2i+1)) with frequency ω_i."""
+    return sp.Matrix([sp.sin(w * position), sp.cos(w * position)])
+
+
+def pe_relative_rotation() -> list[tuple[str, sp.Expr]]:
+    """PE(pos + k) = R(k)·PE(pos): the angle-addition formulas, pair by pair."""
+    shifted = pe_pair(pos + k)
+    rotated = rotation(k * omega) * pe_pair(pos)
+    return [
+        ("PE pair at pos + k", shifted),
+        ("… angle-addition formulas", sp.expand_trig(shifted.applyfunc(lambda e: e.subs(omega * (pos + k),
+                                                                                          omega * pos + omega * k)))),
+        ("R(k)", rotation(k * omega)),
+        ("R(k)·PE pair at pos", sp.expand(rotated)),
+        ("PE(pos + k) - R(k)·PE(pos)", sp.simplify(sp.expand_trig(shifted - rotated))),
+    ]
+
+
+def pe_rotation_matrix(d_model: int = 4, base: int = 10000) -> sp.Matrix:
+    """The full block-diagonal R(k) for a small d_model, frequencies ω_i = base^{-2i/d}."""
+    base = sp.Integer(base)
+    return sp.diag(*[rotation(k * base ** sp.Rational(-2 * i, d_model)) for i in range(d_model // 2)])
+
+
+def pe_encoding_expr(d_model: int = 4, base: int = 10000) -> sp.Matrix:
+    """PE(pos) as a column of d_model expressions in pos."""
+    base = sp.Integer(base)
+    return sp.Matrix([f(pos * base ** sp.Rational(-2 * (j // 2), d_model))
+                      for j, f in zip(range(d_model), itertools.cycle((sp.sin, sp.cos)))])
+
+
+def pe_dot_product(d_model: int = 4) -> list[tuple[str, sp.Expr]]:
+    """PE(pos)·PE(pos + k) = Σ_i cos(k ω_i): a function of the offset k only, not of pos."""
+    w = sp.symbols(f"omega_0:{d_model // 2}", positive=True)
+    dot = sum((pe_pair(pos, wi).T * pe_pair(pos + k, wi))[0] for wi in w)
+    return [
+        ("PE(pos)·PE(pos+k)", dot),
+        ("simplified", sp.simplify(sp.expand_trig(dot))),
+        ("∂/∂pos", sp.simplify(sp.diff(dot, pos))),
+    ]
+
+
+def rope_relative() -> list[tuple[str, sp.Expr]]:
+    """⟨R(mθ)q, R(nθ)k⟩ = qᵀ R((n - m)θ) k for one pair: RoPE scores depend on m - n only."""
+    m, n, theta = sp.symbols("m n theta", real=True)
+    q = sp.Matrix(sp.symbols("q_1 q_2", real=True))
+    key = sp.Matrix(sp.symbols("k_1 k_2", real=True))
+
+    def rope(a):  # RoPE's rotation (counter-clockwise by a) = rotation(a)ᵀ in the (sin, cos) convention above
+        return sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])
+
+    score = sp.expand((rope(m * theta) * q).T * (rope(n * theta) * key))[0]
+    relative = (q.T * rope((n - m) * theta) * key)[0]
+    return [
+        ("RoPE(q, m)", rope(m * theta) * q),
+        ("score ⟨RoPE(q, m), RoPE(k, n)⟩", score),
+        ("simplified", sp.simplify(sp.trigsimp(score))),
+        ("score - qᵀ R((n-m)θ) k", sp.simplify(sp.expand_trig(sp.expand(score - relative)))),
+        ("∂score/∂m + ∂score/∂n  (shift both: no change)", sp.simplify(sp.diff(score, m) + sp.diff(score, n))),
+    ]
+
+
+def causal_pair_count() -> list[tuple[str, sp.Expr]]:
+    """Query i sees keys 1 … i: Σ_{i=1}^{n} i = n(n+1)/2 of the n² pairs, a fraction that tends to 1/2."""
+    n, i = sp.symbols("n i", positive=True, integer=True)
+    causal = sp.summation(i, (i, 1, n))
+    return [
+        ("all (query, key) pairs", n**2),
+        ("causal pairs Σ_{i=1}^n i", sp.factor(causal)),
+        ("= n + C(n, 2) (the diagonal plus each unordered pair once)", sp.factor(n + sp.binomial(n, 2).expand(func=True))),
+        ("fraction of all pairs", sp.simplify(causal / n**2)),
+        ("limit n → ∞", sp.limit(causal / n**2, n, sp.oo)),
+    ]
+
+
+def head_split_count(d_model: int = 8) -> list[tuple[str, sp.Expr]]:
+    """Equal head splits: n_head must divide d_model; the ways to deal coordinates into unordered heads."""
+    d, h = sp.symbols("d h", positive=True, integer=True)
+    formula = sp.factorial(d) / (sp.factorial(d / h) ** h * sp.factorial(h))
+    return [
+        (f"valid n_head for d_model = {d_model}", sp.FiniteSet(*sp.divisors(d_model))),
+        ("coordinate partitions into h equal heads", formula),
+        (f"… for d_model = {d_model}", sp.Matrix([[hh, formula.subs({d: d_model, h: hh})]
+                                                  for hh in sp.divisors(d_model)])),
+    ]
+
+
+# ---------------------------------------------------------------- numerical agreement
+def _brute_force_partitions(d_model: int, n_head: int) -> int:
+    """Count set partitions of d_model coordinates into n_head blocks of equal size, by enumeration."""
+    return sum(1 for part in multiset_partitions(list(range(d_model)), n_head)
+               if all(len(b) == d_model // n_head for b in part))
+
+
+def check(seed: int = 0) -> dict[str, float]:
+    """Largest |difference| between SymPy (lambdified), ours and the independent references, float64."""
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, float] = {}
+    d, n_pos, base = 8, 64, 10000
+    pe_sym = sp.lambdify(pos, pe_encoding_expr(d, base), "numpy")
+    positions = np.arange(n_pos, dtype=np.float64)
+    sym = torch.from_numpy(np.asarray(pe_sym(positions), dtype=np.float64).squeeze(1).T)  # (n_pos, d)
+    ours = pos_mod.sinusoidal_encoding(n_pos, d, base=base, dtype=torch.float64)
+    out["PE: sympy vs ours"] = (sym - ours).abs().max().item()
+    R_sym = sp.lambdify(k, pe_rotation_matrix(d, base), "numpy")
+    worst_R, worst_shift = 0.0, 0.0
+    for kk in (1, 3, 17, 40):
+        R = pos_mod.relative_rotation(kk, d, base=base, dtype=torch.float64)
+        worst_R = max(worst_R, (torch.from_numpy(np.asarray(R_sym(float(kk)), dtype=np.float64)) - R).abs().max().item())
+        worst_shift = max(worst_shift, (ours[kk:] - ours[:-kk] @ R.T).abs().max().item())  # PE(p+k) = R(k) PE(p)
+    out["R(k): sympy vs ours"] = worst_R
+    out["PE(pos+k) - R(k)·PE(pos): ours"] = worst_shift
+    # RoPE: ours vs the complex-number reference (x_{2i} + i x_{2i+1}) · e^{i m ω_i}
+    B, h, T, dk = 2, 3, 10, 8
+    x = torch.randn(B, h, T, dk, generator=gen, dtype=torch.float64)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * pos_mod.sinusoidal_frequencies(dk, dtype=torch.float64)
+    ref = torch.view_as_real(torch.view_as_complex(x.reshape(B, h, T, dk // 2, 2).contiguous())
+                             * torch.polar(torch.ones_like(angle), angle)).flatten(-2)
+    out["RoPE: ours vs complex reference"] = (pos_mod.apply_rope(x) - ref).abs().max().item()
+    # RoPE scores depend on m - n only: shift every position by s
+    q, key = torch.randn(T, dk, generator=gen, dtype=torch.float64), torch.randn(T, dk, generator=gen, dtype=torch.float64)
+    p0 = torch.arange(T)
+    s0 = pos_mod.apply_rope(q, p0) @ pos_mod.apply_rope(key, p0).T
+    s1 = pos_mod.apply_rope(q, p0 + 37) @ pos_mod.apply_rope(key, p0 + 37).T
+    out["RoPE scores shifted by 37: ours"] = (s0 - s1).abs().max().item()
+    # the symbolic 2-d score, lambdified, against ours on the first pair
+    m_, n_, th = sp.symbols("m n theta", real=True)
+    score = rope_relative()[1][1]
+    f = sp.lambdify((*sp.symbols("q_1 q_2 k_1 k_2", real=True), m_, n_, th), score, "numpy")
+    w0 = 1.0  # ω_0 = base^0
+    sym_s = torch.tensor([[f(q[a, 0].item(), q[a, 1].item(), key[b, 0].item(), key[b, 1].item(), a, b, w0)
+                           for b in range(T)] for a in range(T)], dtype=torch.float64)
+    ours_s = pos_mod.apply_rope(q[:, :2], p0) @ pos_mod.apply_rope(key[:, :2], p0).T
+    out["RoPE score (one pair): sympy vs ours"] = (sym_s - ours_s).abs().max().item()
+    # counting
+    n = sp.symbols("n", positive=True, integer=True)
+    closed = sp.lambdify(n, causal_pair_count()[1][1])
+    out["causal pairs: mask.sum vs n(n+1)/2 vs sympy, n = 1..64"] = float(max(
+        abs(pos_mod.causal_mask(nn).sum().item() - pos_mod.causal_pairs(nn)) + abs(closed(nn) - pos_mod.causal_pairs(nn))
+        for nn in range(1, 65)))
+    out["head partitions: brute force vs ours"] = float(max(
+        abs(_brute_force_partitions(dd, hh) - pos_mod.head_partitions(dd, hh))
+        for dd in (4, 6, 8) for hh in pos_mod.valid_head_counts(dd)))
+    return out

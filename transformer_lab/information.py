@@ -1,0 +1,239 @@
+"""Information theory (chapter 5): entropy, cross-entropy, KL divergence, perplexity, bits per character.
+
+All quantities are in **nats** (natural logarithms) unless the name says bits. Distributions live on the last
+dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
+
+* ``entropy(p)``                      H(p)     = -Σ_i p_i log p_i
+* ``distribution_cross_entropy(p, q)`` H(p, q) = -Σ_i p_i log q_i  = H(p) + KL(p ‖ q)
+* ``kl_divergence(p, q)``             KL(p‖q)  =  Σ_i p_i log(p_i / q_i) ≥ 0   (Gibbs' inequality)
+* ``cross_entropy(logits, targets)``  the training loss: mean over tokens of  log Σ_j e^{z_j} - z_y
+* ``ngram_entropy(text, n)``          H(X_t | X_{t-n+1} … X_{t-1}) of a text's characters, in bits per character
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+LN2 = math.log(2.0)
+"""ln 2: divide nats by it to get bits."""
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+# ---------------------------------------------------------------- validation
+def _check_distribution(p: torch.Tensor, name: str, dim: int, *, atol: float = 1e-6) -> None:
+    """Raise ValueError unless ``p`` is a floating tensor of probabilities summing to 1 along ``dim``."""
+    if not isinstance(p, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(p).__name__}")
+    if not p.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor of probabilities, got dtype {p.dtype}")
+    if p.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension (the categories), got a scalar")
+    if not -p.dim() <= dim < p.dim():
+        raise ValueError(f"dim={dim} is out of range for {name} of shape {tuple(p.shape)}")
+    with torch.no_grad():
+        if torch.isnan(p).any() or (p < 0).any() or (p > 1 + atol).any():
+            raise ValueError(f"{name} must hold probabilities in [0, 1] (no NaN)")
+        tol = {torch.float64: atol, torch.float32: 1e-4}.get(p.dtype, 1e-2)  # half precision is coarse
+        total = p.sum(dim=dim)
+        worst = total.flatten()[(total - 1).abs().flatten().argmax()].item()
+        if abs(worst - 1) > tol:
+            raise ValueError(f"{name} must sum to 1 along dim {dim}; a row sums to {worst:.6g}")
+
+
+# ---------------------------------------------------------------- distributions
+def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy in nats along ``dim``: H(p) = -Σ_i p_i log p_i.  (..., V) -> (...)."""
+    _check_distribution(p, "p", dim)
+    return -torch.special.xlogy(p, p).sum(dim=dim)  # H(p) = -Σ p log p, with 0 log 0 = 0
+
+
+def distribution_cross_entropy(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Cross-entropy in nats of model ``q`` on data ``p``: H(p, q) = -Σ_i p_i log q_i.  (..., V) -> (...).
+
+    Infinite where q gives zero probability to an outcome p thinks possible.
+    """
+    _check_distribution(p, "p", dim)
+    _check_distribution(q, "q", dim)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
+    return -torch.special.xlogy(p, q).sum(dim=dim)  # H(p, q) = -Σ p log q
+
+
+def kl_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Kullback–Leibler divergence in nats: KL(p ‖ q) = Σ_i p_i (log p_i - log q_i) ≥ 0.  (..., V) -> (...).
+
+    Equals ``F.kl_div(q.log(), p, reduction="none").sum(dim)``; note the reversed argument order there.
+    """
+    _check_distribution(p, "p", dim)
+    _check_distribution(q, "q", dim)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(dim=dim)  # Σ p log p - Σ p log q
+
+
+# ---------------------------------------------------------------- the training loss
+def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Stable log-softmax on the last dim: z - (m + log Σ_j e^{z_j - m}), m = max_j z_j."""
+    m = logits.amax(dim=-1, keepdim=True).detach()  # (..., 1); the shift changes nothing (shift invariance)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row of all -inf stays -inf, not NaN
+    lse = m + torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True))  # LSE(z) = m + log Σ e^{z - m}
+    return logits - lse  # log softmax(z)_i = z_i - LSE(z)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100,
+                  reduction: str = "mean") -> torch.Tensor:
+    """The language-model loss in nats: -log softmax(z)_y = LSE(z) - z_y per token, from raw logits.
+
+    logits (N, V) or (B, T, V); targets (N,) or (B, T) integer class ids in [0, V) or ``ignore_index`` (those
+    tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
+    or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits. Equals ``F.cross_entropy``.
+    """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise ValueError("logits must be a floating-point torch.Tensor")
+    if not isinstance(targets, torch.Tensor) or targets.is_floating_point() or targets.dtype == torch.bool:
+        raise ValueError("targets must be an integer torch.Tensor of class ids (for soft targets use "
+                         "distribution_cross_entropy)")
+    if logits.dim() not in (2, 3):
+        raise ValueError(f"logits must be (N, V) or (B, T, V), got shape {tuple(logits.shape)}")
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets must have shape {tuple(logits.shape[:-1])} to match logits "
+                         f"{tuple(logits.shape)}, got {tuple(targets.shape)}")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    V = logits.shape[-1]
+    keep = targets != ignore_index  # (N,) or (B, T)
+    if ((targets[keep] < 0) | (targets[keep] >= V)).any():
+        bad = targets[keep][(targets[keep] < 0) | (targets[keep] >= V)][0].item()
+        raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found {bad}")
+    safe = torch.where(keep, targets, torch.zeros_like(targets))  # any valid id; masked out below
+    logp = _log_softmax(logits)  # (..., V)
+    nll = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # L_t = -log p_t(y_t)   (N,) or (B, T)
+    nll = torch.where(keep, nll, torch.zeros_like(nll))
+    if reduction == "none":
+        return nll
+    if reduction == "sum":
+        return nll.sum()
+    return nll.sum() / keep.sum()  # mean over kept tokens (NaN if every token is ignored, like PyTorch)
+
+
+def perplexity(loss) -> torch.Tensor | float:
+    """Perplexity exp(L) of a mean cross-entropy ``loss`` in nats: the effective number of equally likely choices."""
+    if isinstance(loss, torch.Tensor):
+        if (loss < 0).any():
+            raise ValueError("a cross-entropy loss is >= 0; got a negative value")
+        return torch.exp(loss)  # PPL = e^L
+    if not isinstance(loss, int | float) or loss < 0:
+        raise ValueError(f"loss must be a non-negative number or tensor, got {loss!r}")
+    return math.exp(loss)
+
+
+def bits_per_char(loss_nats, *, chars_per_token: float = 1.0) -> torch.Tensor | float:
+    """Bits per character from a mean loss in nats per token: L / (ln 2 · chars_per_token).
+
+    For a character-level model (the book's capstone) ``chars_per_token = 1``.
+    """
+    if not chars_per_token > 0:
+        raise ValueError(f"chars_per_token must be > 0, got {chars_per_token}")
+    if isinstance(loss_nats, torch.Tensor):
+        if (loss_nats < 0).any():
+            raise ValueError("a cross-entropy loss is >= 0; got a negative value")
+    elif not isinstance(loss_nats, int | float) or loss_nats < 0:
+        raise ValueError(f"loss_nats must be a non-negative number or tensor, got {loss_nats!r}")
+    return loss_nats / (LN2 * chars_per_token)  # bits = nats / ln 2
+
+
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of each query's attention distribution: weights (..., T_q, T_k) -> (..., T_q).
+
+    0 means the query attends to one key; log(number of keys it may see) means uniform attention. For weights
+    (B, h, T, T) average over the batch and queries, ``.mean((0, 2))``, to get one number per head.
+    """
+    if not isinstance(weights, torch.Tensor) or weights.dim() < 2:
+        raise ValueError("weights must be a tensor of shape (..., T_q, T_k) with rows that sum to 1")
+    return entropy(weights, dim=-1)
+
+
+# ---------------------------------------------------------------- n-gram floors of a real text
+def _check_ngram_args(text, n) -> None:
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if len(text) < n:
+        raise ValueError(f"text must have at least n={n} characters, got {len(text)}")
+
+
+def _codes(text: str, n: int, alphabet: str | None = None) -> tuple[np.ndarray, int]:
+    """Integer code of every n-gram of ``text`` (base-V digits, the last character least significant)."""
+    _check_ngram_args(text, n)
+    alphabet = alphabet or "".join(sorted(set(text)))
+    V = len(alphabet)
+    if n * math.log2(max(V, 2)) > 62:
+        raise ValueError(f"n={n} is too large for {V} distinct characters (V**n must fit in 62 bits)")
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)  # (N,) code points
+    lut = np.full(max(int(points.max()), max(map(ord, alphabet))) + 1, -1, dtype=np.int64)
+    lut[[ord(c) for c in alphabet]] = np.arange(V)
+    ids = lut[points]  # (N,) character ids in [0, V)
+    if (ids < 0).any():
+        raise ValueError("text holds characters that are not in the alphabet")
+    L = len(ids) - n + 1
+    code = np.zeros(L, dtype=np.int64)
+    for j in range(n):
+        code = code * V + ids[j:j + L]  # code = Σ_j ids[t+j] V^{n-1-j}
+    return code, V
+
+
+def ngram_entropy(text: str, n: int) -> float:
+    """Conditional entropy of a character given the n-1 before it, H(X_t | X_{t-n+1..t-1}), in bits/char.
+
+    The maximum-likelihood ("plug-in") estimate on ``text`` itself: the cross-entropy, on the same text, of the
+    best n-gram model fitted to it. n = 1 is the unigram entropy H(X). The text is read as a circle (the last
+    n-1 characters are followed by the first ones), so every order counts the same positions and the result is
+    non-increasing in n. For large n it under-estimates the true rate (the model memorises the text) — compare
+    :func:`ngram_cross_entropy` on held-out text.
+    """
+    _check_ngram_args(text, n)
+    code, V = _codes(text + text[:n - 1], n)  # wrap around: every order counts the same len(text) positions
+    grams, counts = np.unique(code, return_counts=True)  # c(ctx, x)
+    _, ctx_inv = np.unique(grams // V, return_inverse=True)  # context = all but the last character
+    ctx_counts = np.bincount(ctx_inv, weights=counts)  # c(ctx) = Σ_x c(ctx, x)
+    N = counts.sum()
+    return float(-(counts / N * np.log2(counts / ctx_counts[ctx_inv])).sum())  # -Σ P(ctx,x) log2 P(x|ctx)
+
+
+def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) -> float:
+    """Bits per character of an add-``alpha`` smoothed character n-gram model fitted on ``train``, on ``test``.
+
+    P(x | ctx) = (c(ctx, x) + α) / (c(ctx) + α V), V the characters of train and test together: an honest,
+    held-out number a language model evaluated on ``test`` should beat.
+    """
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0 (unsmoothed models give unseen characters probability 0), got {alpha}")
+    alphabet = "".join(sorted(set(train) | set(test if isinstance(test, str) else "")))
+    tr, V = _codes(train, n, alphabet)
+    te, _ = _codes(test, n, alphabet)
+    grams, counts = np.unique(tr, return_counts=True)
+    ctxs, ctx_counts = np.unique(tr // V, return_counts=True)
+
+    def lookup(keys, table, values):
+        i = np.clip(np.searchsorted(table, keys), 0, len(table) - 1)
+        return np.where(table[i] == keys, values[i], 0)
+
+    c_xy = lookup(te, grams, counts)  # c(ctx, x) for each test position
+    c_x = lookup(te // V, ctxs, ctx_counts)  # c(ctx)
+    return float(-np.log2((c_xy + alpha) / (c_x + alpha * V)).mean())
+
+
+def ngram_floors(text: str, orders=(1, 2, 3), *, held_out: str | None = None, alpha: float = 0.1) -> dict:
+    """The n-gram floors of ``text`` in bits per character, ``{n: bits}``, for each order n.
+
+    Plug-in conditional entropies (:func:`ngram_entropy`), or, with ``held_out``, the smoothed held-out
+    cross-entropy (:func:`ngram_cross_entropy`). Multiply by ln 2 to compare with a loss in nats.
+    """
+    if held_out is None:
+        return {int(n): ngram_entropy(text, int(n)) for n in orders}
+    return {int(n): ngram_cross_entropy(text, held_out, int(n), alpha=alpha) for n in orders}

@@ -1,0 +1,146 @@
+"""Combinatorics of order (chapter 6): sinusoidal and rotary positions, the causal mask, counting helpers.
+
+* ``sinusoidal_encoding``  PE(pos, 2i) = sin(pos · ω_i),  PE(pos, 2i+1) = cos(pos · ω_i),  ω_i = base^{-2i/d}
+* ``relative_rotation``    R(k) with PE(pos + k) = R(k) · PE(pos): block-diagonal 2×2 rotations by k·ω_i
+* ``apply_rope``           rotary encoding: pair (x_{2i}, x_{2i+1}) of token m rotated by the angle m·ω_i, so
+                           ⟨RoPE(q, m), RoPE(k, n)⟩ depends on m - n only
+* ``causal_mask``          bool (T, T_k), True where query i may attend to key j (j <= i + T_k - T)
+* counting                 ``causal_pairs(n) = n(n+1)/2`` of ``attention_pairs(n) = n²``; head splits of d_model
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _check_positive_int(value, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_base(base) -> None:
+    if not isinstance(base, int | float) or not math.isfinite(base) or not base > 0:
+        raise ValueError(f"base must be a finite number > 0, got {base!r}")
+
+
+def sinusoidal_frequencies(d_model: int, *, base: float = 10000.0, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The d_model/2 angular frequencies ω_i = base^{-2i/d_model}, i = 0 … d_model/2 - 1.  -> (d_model/2,)."""
+    _check_positive_int(d_model, "d_model")
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    _check_base(base)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
+    return (float(base) ** (-two_i / d_model)).to(dtype or torch.get_default_dtype())  # ω_i = base^{-2i/d}
+
+
+def sinusoidal_encoding(n_pos: int, d_model: int, *, base: float = 10000.0,
+                        dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The sinusoidal positional encoding of Vaswani et al. (2017) for positions 0 … n_pos-1.  -> (n_pos, d_model).
+
+    PE(pos, 2i) = sin(pos / base^{2i/d}), PE(pos, 2i+1) = cos(pos / base^{2i/d}). Computed in float64, then cast.
+    """
+    _check_positive_int(n_pos, "n_pos")
+    omega = sinusoidal_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
+    angle = torch.arange(n_pos, dtype=torch.float64)[:, None] * omega[None, :]  # (n_pos, d/2): pos · ω_i
+    pe = torch.empty(n_pos, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)  # PE(pos, 2i)
+    pe[:, 1::2] = torch.cos(angle)  # PE(pos, 2i+1)
+    return pe.to(dtype or torch.get_default_dtype())
+
+
+def relative_rotation(k: float, d_model: int, *, base: float = 10000.0,
+                      dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The matrix R(k) with PE(pos + k) = R(k) · PE(pos) for every pos.  -> (d_model, d_model).
+
+    Block-diagonal; block i is [[cos kω_i, sin kω_i], [-sin kω_i, cos kω_i]] acting on (sin, cos) pairs.
+    """
+    if not isinstance(k, int | float) or isinstance(k, bool) or not math.isfinite(k):
+        raise ValueError(f"k must be a finite number (an offset in positions), got {k!r}")
+    omega = sinusoidal_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
+    c, s = torch.cos(k * omega), torch.sin(k * omega)  # (d/2,)
+    R = torch.zeros(d_model, d_model, dtype=torch.float64)
+    i = torch.arange(0, d_model, 2)
+    R[i, i], R[i, i + 1] = c, s  # sin(θ + φ) = cos φ · sin θ + sin φ · cos θ
+    R[i + 1, i], R[i + 1, i + 1] = -s, c  # cos(θ + φ) = -sin φ · sin θ + cos φ · cos θ
+    return R.to(dtype or torch.get_default_dtype())
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding (Su et al., 2021), interleaved pairs.  x (..., T, d) -> (..., T, d), d even.
+
+    Pair (x_{2i}, x_{2i+1}) of the token at position m is rotated by the angle m·ω_i, ω_i = base^{-2i/d}:
+    x'_{2i} = x_{2i} cos mω_i - x_{2i+1} sin mω_i,  x'_{2i+1} = x_{2i} sin mω_i + x_{2i+1} cos mω_i.
+    ``positions``: (T,) or broadcastable to (..., T); default 0 … T-1. Apply to queries and keys, not values.
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise ValueError("x must be a floating-point torch.Tensor of shape (..., T, d)")
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., T, d), got {tuple(x.shape)}")
+    T, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"the last dimension of x must be even for RoPE (rotated in pairs), got d = {d}")
+    if d == 0:
+        raise ValueError("the last dimension of x must be > 0")
+    if positions is None:
+        positions = torch.arange(T, device=x.device)
+    if not isinstance(positions, torch.Tensor) or positions.dtype == torch.bool:
+        raise ValueError("positions must be a numeric torch.Tensor of shape (T,) or (..., T)")
+    if positions.dim() == 0 or positions.shape[-1] != T:
+        raise ValueError(f"positions must end in the sequence length T = {T}, got shape {tuple(positions.shape)}")
+    omega = sinusoidal_frequencies(d, base=base, dtype=torch.float64).to(x.device)  # (d/2,)
+    angle = positions.to(torch.float64)[..., None] * omega  # (..., T, d/2): m · ω_i
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) the two halves of each pair
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., T, d/2, 2): rotate by mω_i
+    return out.flatten(-2)  # (..., T, d), pairs interleaved back
+
+
+def causal_mask(T: int, T_k: int | None = None, *, device=None) -> torch.Tensor:
+    """Causal attention mask, bool (T, T_k), True = may attend: query i sees keys j <= i + (T_k - T).
+
+    With T_k = T (the default) it is lower-triangular. T_k > T is the key-value-cache case: the T queries are
+    the last T of T_k positions.
+    """
+    _check_positive_int(T, "T")
+    T_k = T if T_k is None else T_k
+    _check_positive_int(T_k, "T_k")
+    if T_k < T:
+        raise ValueError(f"T_k must be >= T (each query sees its own position), got T={T}, T_k={T_k}")
+    i = torch.arange(T, device=device)[:, None]  # (T, 1) queries
+    j = torch.arange(T_k, device=device)[None, :]  # (1, T_k) keys
+    return j <= i + (T_k - T)  # (T, T_k)
+
+
+# ---------------------------------------------------------------- counting
+def attention_pairs(n: int) -> int:
+    """Ordered (query, key) pairs full self-attention scores over n tokens: n²."""
+    _check_positive_int(n, "n")
+    return n * n
+
+
+def causal_pairs(n: int) -> int:
+    """(query, key) pairs a causal mask admits over n tokens: Σ_{i=1}^{n} i = n(n+1)/2."""
+    _check_positive_int(n, "n")
+    return n * (n + 1) // 2
+
+
+def valid_head_counts(d_model: int) -> list[int]:
+    """The numbers of heads h that split d_model into equal heads of width d_k = d_model / h: its divisors."""
+    _check_positive_int(d_model, "d_model")
+    return [h for h in range(1, d_model + 1) if d_model % h == 0]
+
+
+def head_partitions(d_model: int, n_head: int) -> int:
+    """Ways to deal d_model coordinates into n_head unordered heads of d_k each: d! / ((d_k!)^h · h!).
+
+    All of them give the same family of models (a permutation of W_Q's columns maps one onto another), which is
+    why the code simply slices contiguous blocks.
+    """
+    _check_positive_int(d_model, "d_model")
+    _check_positive_int(n_head, "n_head")
+    if d_model % n_head:
+        raise ValueError(f"n_head={n_head} must divide d_model={d_model}")
+    d_k = d_model // n_head
+    return math.factorial(d_model) // (math.factorial(d_k) ** n_head * math.factorial(n_head))
