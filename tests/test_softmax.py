@@ -1,0 +1,149 @@
+"""Chapter 2: softmax, log-softmax, the softmax Jacobian and the language-model head.
+
+Three-way agreement in float64: SymPy (lambdified) = transformer_lab = PyTorch (F.softmax, F.log_softmax,
+torch.func.jacrev), values and gradients. Tolerance atol = rtol = 1e-12 (round-off is ~1e-16 here), except where
+stated.
+"""
+
+import numpy as np
+import pytest
+import sympy as sp
+import torch
+import torch.nn.functional as F
+
+from transformer_lab.derivations import ch2
+from transformer_lab.softmax import LMHead, log_softmax, softmax, softmax_jacobian
+
+TOL = {"atol": 1e-12, "rtol": 1e-12}
+
+
+def rnd(*shape, seed=0, scale=1.0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).requires_grad_(grad)
+
+
+def test_softmax_sympy_ours_torch():
+    der = ch2.softmax_jacobian_derivation(4)
+    z = rnd(4, seed=1, scale=3)
+    sym_p = np.asarray(sp.lambdify([der["z"]], der["p"], "numpy")(z.tolist()), dtype=np.float64).reshape(-1)
+    sym_J = np.asarray(sp.lambdify([der["z"]], der["J"], "numpy")(z.tolist()), dtype=np.float64)
+    p = softmax(z)
+    torch.testing.assert_close(p, torch.as_tensor(sym_p), **TOL)
+    torch.testing.assert_close(p, F.softmax(z, -1), **TOL)
+    torch.testing.assert_close(softmax_jacobian(p), torch.as_tensor(sym_J), **TOL)
+    torch.testing.assert_close(softmax_jacobian(p), torch.func.jacrev(lambda t: F.softmax(t, -1))(z), **TOL)
+    torch.testing.assert_close(softmax_jacobian(p), torch.func.jacrev(softmax)(z), **TOL)
+
+
+def test_jacobian_derivation_simplifies_to_zero():
+    assert ch2.softmax_jacobian_derivation(3)["difference"] == sp.zeros(3, 3)
+    assert ch2.shift_invariance(3)["difference"] == sp.zeros(3, 1)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_and_log_softmax_values_and_gradients(dim):
+    x = rnd(3, 5, 4, seed=2, scale=4, grad=True)
+    up = rnd(3, 5, 4, seed=3)
+    for ours_fn, ref_fn in ((softmax, F.softmax), (log_softmax, F.log_softmax)):
+        ours, ref = ours_fn(x, dim=dim), ref_fn(x, dim=dim)
+        torch.testing.assert_close(ours, ref, **TOL)
+        g_ours = torch.autograd.grad((ours * up).sum(), x)[0]
+        g_ref = torch.autograd.grad((ref * up).sum(), x)[0]
+        torch.testing.assert_close(g_ours, g_ref, **TOL)
+
+
+def test_batched_jacobian():
+    z = rnd(2, 3, 5, seed=4)
+    J = softmax_jacobian(softmax(z))
+    assert J.shape == (2, 3, 5, 5)
+    ref = torch.func.vmap(torch.func.vmap(torch.func.jacrev(lambda t: F.softmax(t, -1))))(z)
+    torch.testing.assert_close(J, ref, **TOL)
+    torch.testing.assert_close(J.sum(-1), torch.zeros(2, 3, 5, dtype=torch.float64), **TOL)  # rows sum to 0
+
+
+def test_huge_logits_do_not_overflow():
+    z = torch.tensor([1000.0, 999.0, -1000.0], dtype=torch.float64)
+    p, logp = softmax(z), log_softmax(z)
+    assert torch.isfinite(p).all()
+    assert torch.isfinite(logp).all()
+    torch.testing.assert_close(p, F.softmax(z, -1), **TOL)
+    torch.testing.assert_close(logp, F.log_softmax(z, -1), **TOL)
+    z32 = torch.tensor([88.0, 89.0, 90.0])  # exp(89) overflows float32
+    assert torch.isinf(torch.exp(z32)).any()
+    torch.testing.assert_close(softmax(z32), F.softmax(z32, -1), atol=1e-7, rtol=1e-6)
+
+
+def test_shift_invariance_and_minus_inf():
+    z = rnd(6, seed=5)
+    torch.testing.assert_close(softmax(z + 123.0), softmax(z), atol=1e-13, rtol=1e-12)
+    z[2] = float("-inf")
+    p = softmax(z)
+    assert p[2] == 0
+    torch.testing.assert_close(p, F.softmax(z, -1), **TOL)
+    assert torch.isnan(softmax(torch.full((3,), float("-inf")))).all()  # as torch: no distribution
+    assert torch.isnan(F.softmax(torch.full((3,), float("-inf")), -1)).all()
+
+
+def test_length_one_vocabulary():
+    z = rnd(4, 1, seed=6)
+    assert torch.equal(softmax(z), torch.ones(4, 1, dtype=torch.float64))
+    assert torch.equal(log_softmax(z), torch.zeros(4, 1, dtype=torch.float64))
+
+
+def test_temperature_limits_symbolic():
+    lim = ch2.temperature_limits()
+    assert lim["limit_T_to_0"] == [1, 0, 0]
+    assert lim["limit_T_to_oo"] == [sp.Rational(1, 3)] * 3
+    assert lim["shift_difference"] == sp.zeros(3, 1)
+
+
+def test_chain_rule_and_cross_entropy_symbolic():
+    assert ch2.chain_rule(3, 2)["difference"] == 0
+    assert ch2.cross_entropy_one_hot(4, 2)["difference"] == 0
+    z = rnd(5, 7, seed=7)
+    y = torch.tensor([0, 6, 3, 3, 1])
+    nll = -log_softmax(z).gather(-1, y[:, None]).squeeze(-1).mean()  # L = -Σ y_i log p_i, averaged
+    torch.testing.assert_close(nll, F.cross_entropy(z, y), **TOL)
+
+
+def test_derivation_check_all_small():
+    for name, err in ch2.check(seed=0).items():
+        bound = 1e-6 if "uniform" in name else 1e-12  # T = 1e6 is uniform only up to ~|z|/T
+        assert err < bound, name
+
+
+def test_lm_head():
+    torch.manual_seed(0)
+    head = LMHead(6, 11, bias=True).double()
+    lin = torch.nn.Linear(6, 11, dtype=torch.float64)
+    with torch.no_grad():
+        head.bias.normal_()
+        lin.weight.copy_(head.weight)
+        lin.bias.copy_(head.bias)
+    x = rnd(2, 3, 6, seed=8)
+    torch.testing.assert_close(head(x), lin(x), **TOL)
+    torch.testing.assert_close(head.probs(x), F.softmax(lin(x), -1), **TOL)
+    assert LMHead(6, 11).bias is None
+
+
+@pytest.mark.parametrize(("fn", "arg", "match"), [
+    (softmax, torch.tensor([1, 2]), r"floating-point"),
+    (log_softmax, torch.tensor(1.0), r"at least one dimension"),
+    (softmax, [1.0, 2.0], r"torch.Tensor"),
+    (softmax_jacobian, torch.tensor([1, 2]), r"floating-point"),
+])
+def test_bad_input(fn, arg, match):
+    with pytest.raises(ValueError, match=match):
+        fn(arg)
+
+
+def test_bad_dim():
+    with pytest.raises(ValueError, match=r"dim=2 is out of range .* \(3, 4\)"):
+        softmax(torch.zeros(3, 4), dim=2)
+
+
+def test_lm_head_bad_input():
+    with pytest.raises(ValueError, match=r"\(\.\.\., d_model=6\)"):
+        LMHead(6, 11)(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match=r"vocab_size must be a positive int"):
+        LMHead(6, 0)
