@@ -1,0 +1,132 @@
+"""Layer normalisation (chapter 7, numerical analysis).
+
+LayerNorm rescales each token's vector to mean 0 and variance 1 over its ``C`` features, then applies a learned
+per-feature scale ``weight`` (gamma) and shift ``bias`` (beta):
+
+    y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta,
+    mu = mean(x), sigma^2 = mean((x - mu)^2)     (population variance, over the last dimension)
+
+It equals ``torch.nn.LayerNorm`` in value and gradient. The forward pass uses one fused ``torch.var_mean`` and
+``torch.rsqrt`` and writes few temporaries, because the capstone calls it twice per block.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["LayerNorm", "layer_norm"]
+
+
+def _check_param(name: str, p: torch.Tensor | None, x: torch.Tensor) -> None:
+    if p is None:
+        return
+    if not isinstance(p, torch.Tensor):
+        raise ValueError(f"layer_norm: {name} must be a tensor of shape ({x.shape[-1]},), got {type(p).__name__}")
+    if p.shape != x.shape[-1:]:
+        raise ValueError(f"layer_norm: {name} must have shape ({x.shape[-1]},) to match the last dimension of x "
+                         f"{tuple(x.shape)}, got {tuple(p.shape)}")
+
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class _LayerNormFunction(torch.autograd.Function):
+    """Forward and backward of LayerNorm by the formulas of chapter 7 (statistics in float32 for 16-bit x)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        xf = x.float() if x.dtype in _LOW_PRECISION else x  # reduce in float32, never in 16 bits
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias))  # for the gradients
+        weight = None if weight is None else weight.to(xf.dtype)  # gamma (C,) in the compute dtype
+        bias_c = None if bias is None else bias.to(xf.dtype)  # beta (C,)
+        mean = xf.mean(-1, keepdim=True)  # mu = (1/C) sum_i x_i                        (..., 1)
+        xc = xf - mean  # x - mu                                                       (..., C)
+        buf = torch.mul(xc, xc)  # (x - mu)^2, a buffer reused for the output            (..., C)
+        var = buf.mean(-1, keepdim=True)  # sigma^2 = (1/C) sum_i (x_i - mu)^2: two passes, no cancellation
+        rstd = var.add_(eps).rsqrt_()  # 1 / sqrt(sigma^2 + eps)                       (..., 1)
+        xhat = xc.mul_(rstd)  # \hat x = (x - mu) / sqrt(sigma^2 + eps)                  (..., C)
+        if weight is not None and bias is not None:
+            y = torch.addcmul(bias_c, xhat, weight, out=buf)  # y = gamma * \hat x + beta
+        elif weight is not None:
+            y = torch.mul(xhat, weight, out=buf)  # y = gamma * \hat x
+        elif bias is not None:
+            y = torch.add(xhat, bias_c, out=buf)  # y = \hat x + beta
+        else:
+            y = buf.copy_(xhat)
+        ctx.save_for_backward(xhat, rstd, weight)
+        return y.to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gy):
+        xhat, rstd, weight = ctx.saved_tensors
+        C = xhat.shape[-1]
+        gy = gy.to(xhat.dtype)  # (..., C)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        buf = torch.mul(gy, xhat)  # gy * \hat x, one full-size buffer for everything below   (..., C)
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        gw = buf.reshape(-1, C).sum(0).to(w_dtype) if need_w else None  # dL/dgamma = sum over tokens
+        gb = gy.reshape(-1, C).sum(0).to(b_dtype) if need_b else None  # dL/dbeta = sum over tokens
+        gx = None
+        if need_x:  # with g = dL/d\hat x = gy * gamma:
+            if weight is not None:
+                m1 = (gy @ weight).unsqueeze_(-1).div_(C)  # mean(g) = (gy . gamma) / C       (..., 1)
+                m2 = (buf @ weight).unsqueeze_(-1).div_(C)  # mean(g * \hat x)                 (..., 1)
+                g = torch.mul(gy, weight, out=buf)  # g = gy * gamma                              (..., C)
+            else:
+                m1, m2 = gy.mean(-1, keepdim=True), buf.mean(-1, keepdim=True)
+                g = buf.copy_(gy)
+            # dL/dx = (g - mean(g) - \hat x * mean(g * \hat x)) / sqrt(sigma^2 + eps)
+            gx = g.sub_(m1).addcmul_(xhat, m2, value=-1).mul_(rstd).to(x_dtype)
+        return gx, gw, gb, None
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5) -> torch.Tensor:
+    """Normalise ``x`` (..., C) over its last dimension, then scale by ``weight`` (C,) and shift by ``bias`` (C,).
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the population (biased) variance, as in
+    ``nn.LayerNorm``; ``weight`` / ``bias`` of ``None`` mean 1 / 0. Returns a tensor shaped like ``x``.
+    The variance is computed in two passes (mean first, then the mean square of ``x - mean``), which does not
+    cancel catastrophically the way ``E[x^2] - E[x]^2`` does; float16 / bfloat16 inputs are reduced in float32.
+    The gradient is the closed form derived in chapter 7 (equal to autograd's and ``nn.LayerNorm``'s).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"layer_norm: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"layer_norm: x must have at least one dimension with C >= 1 features, got shape "
+                         f"{tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"layer_norm: x must be a floating-point tensor, got {x.dtype}")
+    if not eps >= 0:  # also rejects NaN
+        raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
+    _check_param("weight", weight, x)
+    _check_param("bias", bias, x)
+    return _LayerNormFunction.apply(x, weight, bias, float(eps))
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last dimension (size ``d_model``) with learned ``weight`` (ones) and ``bias`` (zeros).
+
+    Parameter names match ``nn.LayerNorm``, so state dicts load either way. ``bias=False`` drops the shift.
+    """
+
+    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
+            raise ValueError(f"LayerNorm: d_model must be a positive int, got {d_model!r}")
+        if not eps >= 0:
+            raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
+        self.d_model, self.eps = d_model, float(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))  # gamma  (C,)
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None  # beta  (C,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (..., C) -> (..., C)."""
+        if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[-1] != self.d_model:
+            raise ValueError(f"LayerNorm({self.d_model}): expected x (..., {self.d_model}), got {tuple(x.shape)}")
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps:g}, bias={self.bias is not None}"
