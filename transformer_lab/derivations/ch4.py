@@ -1,0 +1,172 @@
+"""Chapter 4 (calculus): the gradients of backpropagation, derived with SymPy.
+
+Each function returns a dict of named SymPy expressions, the steps a textbook does by hand, ending in the
+form :mod:`transformer_lab.backprop` implements. :func:`check` lambdifies them and compares with our backward
+passes and with ``torch.autograd``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+import torch
+import torch.nn.functional as F
+
+x = sp.Symbol("x", real=True)
+_NUMPY = [{"erf": np.vectorize(math.erf)}, "numpy"]  # numpy has no erf (and scipy is not a dependency)
+
+
+def gelu_exact_derivative() -> dict[str, sp.Expr]:
+    """GELU(x) = x Φ(x) ⇒ GELU′(x) = Φ(x) + x φ(x) (product rule, Φ′ = φ)."""
+    Phi = (1 + sp.erf(x / sp.sqrt(2))) / 2  # standard normal CDF
+    phi = sp.exp(-x**2 / 2) / sp.sqrt(2 * sp.pi)  # standard normal density
+    gelu = x * Phi
+    derivative = sp.diff(gelu, x)
+    closed_form = Phi + x * phi
+    return {"Phi": Phi, "phi": phi, "gelu": gelu, "derivative": derivative, "closed_form": closed_form,
+            "difference": sp.simplify(derivative - closed_form), "at_zero": derivative.subs(x, 0)}
+
+
+def gelu_tanh_derivative() -> dict[str, sp.Expr]:
+    """GELU_tanh(x) = ½ x (1 + tanh u), u = √(2/π)(x + 0.044715 x³) ⇒ ½(1 + tanh u) + ½ x (1 − tanh² u) u′."""
+    c = sp.Rational(44715, 1000000)
+    u = sp.sqrt(2 / sp.pi) * (x + c * x**3)
+    gelu = x * (1 + sp.tanh(u)) / 2
+    derivative = sp.diff(gelu, x)
+    t = sp.tanh(u)
+    closed_form = (1 + t) / 2 + x * (1 - t**2) * sp.diff(u, x) / 2
+    return {"u": u, "gelu": gelu, "derivative": derivative, "closed_form": closed_form,
+            "difference": sp.simplify(derivative - closed_form)}
+
+
+def relu_at_zero() -> dict[str, sp.Expr]:
+    """ReLU = max(0, x): derivative 0 for x < 0, 1 for x > 0; at 0 the one-sided limits differ (1 vs 0)."""
+    h = sp.Symbol("h", real=True)
+    relu = sp.Max(0, x)
+    quotient = (relu.subs(x, h) - relu.subs(x, 0)) / h
+    return {"relu": relu, "derivative": sp.diff(relu, x), "right_derivative": sp.limit(quotient, h, 0, "+"),
+            "left_derivative": sp.limit(quotient, h, 0, "-"), "subdifferential": sp.Interval(0, 1)}
+
+
+def softmax_ce_gradient(n: int = 3) -> dict[str, object]:
+    """L = −Σᵢ yᵢ log softmax(z)ᵢ ⇒ ∂L/∂zⱼ = pⱼ Σᵢ yᵢ − yⱼ = pⱼ − yⱼ (since Σ yᵢ = 1)."""
+    z = sp.symbols(f"z0:{n}", real=True)
+    y = sp.symbols(f"y0:{n}", real=True)
+    denom = sum(sp.exp(zi) for zi in z)
+    p = [sp.exp(zi) / denom for zi in z]
+    loss = -sum(yi * sp.log(pi) for yi, pi in zip(y, p, strict=True))
+    raw = [sp.simplify(sp.diff(loss, zj)) for zj in z]
+    on_simplex = [sp.simplify(r.subs(y[-1], 1 - sum(y[:-1]))) for r in raw]  # use Σ yᵢ = 1
+    target = [sp.simplify((pj - yj).subs(y[-1], 1 - sum(y[:-1]))) for pj, yj in zip(p, y, strict=True)]
+    return {"z": z, "y": y, "p": p, "loss": loss, "gradient": raw,
+            "difference": [sp.simplify(a - b) for a, b in zip(on_simplex, target, strict=True)]}
+
+
+def layer_norm_gradient(n: int = 3) -> dict[str, object]:
+    """∂x̂ᵢ/∂xⱼ = r (δᵢⱼ − 1/n − x̂ᵢ x̂ⱼ / n) with r = 1/√(σ² + ε); so ∂L/∂x = r (ĝ − mean ĝ − x̂ mean(ĝ x̂))."""
+    xs = sp.symbols(f"x0:{n}", real=True)
+    g = sp.symbols(f"g0:{n}", real=True)  # upstream gradient ĝ = ∂L/∂x̂
+    eps = sp.Symbol("epsilon", positive=True)
+    mu = sum(xs) / n
+    var = sum((xi - mu) ** 2 for xi in xs) / n
+    r = 1 / sp.sqrt(var + eps)
+    xhat = [(xi - mu) * r for xi in xs]
+    jac = sp.Matrix(n, n, lambda i, j: sp.diff(xhat[i], xs[j]))
+    jac_form = sp.Matrix(n, n, lambda i, j: r * (sp.KroneckerDelta(i, j) - sp.Rational(1, n) - xhat[i] * xhat[j] / n))
+    grad = jac.T * sp.Matrix(g)  # chain rule: ∂L/∂x = Jᵀ ĝ
+    mean_g, mean_gx = sum(g) / n, sum(gi * xi for gi, xi in zip(g, xhat, strict=True)) / n
+    grad_form = sp.Matrix([r * (g[j] - mean_g - xhat[j] * mean_gx) for j in range(n)])
+    return {"x": xs, "g": g, "eps": eps, "xhat": xhat, "r": r, "jacobian": jac, "jacobian_form": jac_form,
+            "jacobian_difference": (jac - jac_form).applyfunc(sp.simplify), "gradient": grad,
+            "gradient_form": grad_form}
+
+
+def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
+    """L = c · (W₂ f(W₁x + b₁) + b₂) for any differentiable f ⇒ ∂L/∂W₁ = ((W₂ᵀc) ⊙ f′(h)) xᵀ, ∂L/∂x = W₁ᵀ((W₂ᵀc) ⊙ f′(h))."""
+    f = sp.Function("f")
+    W1 = sp.Matrix(d_hidden, d_model, lambda i, j: sp.Symbol(f"W1_{i}{j}", real=True))
+    W2 = sp.Matrix(d_model, d_hidden, lambda i, j: sp.Symbol(f"W2_{i}{j}", real=True))
+    b1 = sp.Matrix(d_hidden, 1, lambda i, _: sp.Symbol(f"b1_{i}", real=True))
+    b2 = sp.Matrix(d_model, 1, lambda i, _: sp.Symbol(f"b2_{i}", real=True))
+    xv = sp.Matrix(d_model, 1, lambda i, _: sp.Symbol(f"x_{i}", real=True))
+    c = sp.Matrix(d_model, 1, lambda i, _: sp.Symbol(f"c_{i}", real=True))  # upstream ∂L/∂y
+    h = W1 * xv + b1
+    y = W2 * h.applyfunc(f) + b2
+    loss = (c.T * y)[0]
+    direct_W1 = sp.Matrix(d_hidden, d_model, lambda i, j: sp.diff(loss, W1[i, j]))
+    direct_x = sp.Matrix(d_model, 1, lambda i, _: sp.diff(loss, xv[i]))
+    s = sp.Symbol("s", real=True)
+    fprime = h.applyfunc(lambda hi: sp.diff(f(s), s).subs(s, hi))  # f′(h) elementwise
+    delta = (W2.T * c).multiply_elementwise(fprime)  # ∂L/∂h = (W₂ᵀ c) ⊙ f′(h)
+    return {"f": f, "W1": W1, "W2": W2, "b1": b1, "b2": b2, "x": xv, "c": c, "loss": loss, "delta": delta,
+            "direct_W1": direct_W1, "chain_W1": delta * xv.T, "direct_x": direct_x, "chain_x": W1.T * delta,
+            "difference_W1": (direct_W1 - delta * xv.T).applyfunc(sp.simplify),
+            "difference_x": (direct_x - W1.T * delta).applyfunc(sp.simplify)}
+
+
+def check(seed: int = 0) -> dict[str, float]:
+    """Largest |difference| between SymPy (lambdified), ours and torch.autograd, float64, random inputs."""
+    from transformer_lab.backprop import gelu_grad, layer_norm_backward, softmax_cross_entropy_backward
+    from transformer_lab.mlp import MLP
+
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, float] = {}
+    xs = torch.randn(200, generator=gen, dtype=torch.float64) * 3
+    xa = xs.clone().requires_grad_(True)
+    for name, deriv, approx in (("gelu_exact", gelu_exact_derivative, "none"),
+                                ("gelu_tanh", gelu_tanh_derivative, "tanh")):
+        sym = torch.from_numpy(sp.lambdify(x, deriv()["derivative"], _NUMPY)(xs.numpy()))
+        ours = gelu_grad(xs, approx)
+        (auto,) = torch.autograd.grad(F.gelu(xa, approximate=approx).sum(), xa)
+        out[f"{name}: sympy vs ours"] = (sym - ours).abs().max().item()
+        out[f"{name}: ours vs autograd"] = (ours - auto).abs().max().item()
+
+    n = 3
+    d = softmax_ce_gradient(n)
+    grad_fn = sp.lambdify([d["z"], d["y"]], d["gradient"], "numpy")
+    z = torch.randn(n, generator=gen, dtype=torch.float64) * 4
+    k = int(torch.randint(0, n, (1,), generator=gen))
+    y = F.one_hot(torch.tensor(k), n).double()
+    sym = torch.tensor(grad_fn(z.numpy(), y.numpy()), dtype=torch.float64)
+    ours = softmax_cross_entropy_backward(z[None], torch.tensor([k]))[0]
+    za = z.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad(F.cross_entropy(za[None], torch.tensor([k])), za)
+    out["softmax_ce: sympy vs ours"] = (sym - ours).abs().max().item()
+    out["softmax_ce: ours vs autograd"] = (ours - auto).abs().max().item()
+
+    d = layer_norm_gradient(n)
+    grad_fn = sp.lambdify([d["x"], d["g"], d["eps"]], list(d["gradient"]), "numpy")
+    xv = torch.randn(n, generator=gen, dtype=torch.float64)
+    g = torch.randn(n, generator=gen, dtype=torch.float64)
+    sym = torch.tensor(grad_fn(xv.numpy(), g.numpy(), 1e-5), dtype=torch.float64)
+    ours = layer_norm_backward(g, xv, None, 1e-5)[0]
+    xa = xv.clone().requires_grad_(True)
+    (auto,) = torch.autograd.grad((F.layer_norm(xa, (n,), eps=1e-5) * g).sum(), xa)
+    out["layer_norm: sympy vs ours"] = (sym - ours).abs().max().item()
+    out["layer_norm: ours vs autograd"] = (ours - auto).abs().max().item()
+
+    # the whole block, with f = GELU (tanh form): ∂L/∂W₁ and ∂L/∂x
+    d = mlp_chain_rule()
+    s = sp.Symbol("s", real=True)
+    act = sp.Lambda(s, gelu_tanh_derivative()["gelu"].subs(x, s))
+    syms = [*d["W1"], *d["W2"], *d["b1"], *d["b2"], *d["x"], *d["c"]]
+    fn = sp.lambdify(syms, [d[k].subs(d["f"], act).doit() for k in ("chain_W1", "chain_x")], "numpy")
+    with torch.random.fork_rng():  # leave the caller's global RNG as it was
+        torch.manual_seed(seed)
+        mlp = MLP(2, 2, approximate="tanh").double()
+    xv = torch.randn(2, generator=gen, dtype=torch.float64)
+    c = torch.randn(2, generator=gen, dtype=torch.float64)
+    vals = [mlp.fc.weight, mlp.proj.weight, mlp.fc.bias, mlp.proj.bias, xv, c]
+    sym_w1, sym_x = (torch.tensor(a, dtype=torch.float64)
+                     for a in fn(*[float(v) for t in vals for v in t.detach().flatten()]))
+    _, cache = mlp.forward_with_cache(xv)
+    ours = mlp.backward(c, cache)
+    xa = xv.clone().requires_grad_(True)
+    auto_x, auto_w1 = torch.autograd.grad((mlp(xa) * c).sum(), [xa, mlp.fc.weight])
+    out["mlp_block: sympy vs ours"] = max((sym_w1 - ours["fc.weight"]).abs().max().item(),
+                                          (sym_x.flatten() - ours["x"]).abs().max().item())
+    out["mlp_block: ours vs autograd"] = max((ours["fc.weight"] - auto_w1).abs().max().item(),
+                                             (ours["x"] - auto_x).abs().max().item())
+    return out
