@@ -1,0 +1,123 @@
+"""Chapter 5 exercise checkers: each accepts the solution and rejects wrong ones with a message naming the fault."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+
+import torch
+
+from transformer_lab.exercises import ch5, registry
+
+
+# ---------------------------------------------------------------- solutions (as in the chapter)
+def cross_entropy_from_logits(logits, targets):
+    m = logits.max(dim=-1, keepdim=True).values
+    lse = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
+    return (lse - logits.gather(-1, targets[:, None]).squeeze(-1)).mean()
+
+
+def kl_div(p, q):
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(dim=-1)
+
+
+def bigram_entropy(text):
+    pairs = Counter(itertools.pairwise(text))
+    first = Counter()
+    for (a, _), c in pairs.items():
+        first[a] += c
+    n = sum(pairs.values())
+    return -sum(c / n * math.log2(c / first[a]) for (a, _), c in pairs.items())
+
+
+def test_registry():
+    assert set(registry(5)) == {"cross_entropy_from_logits", "kl_div", "bigram_entropy"}
+
+
+def test_solutions_pass():
+    for name, fn in [("cross_entropy_from_logits", cross_entropy_from_logits), ("kl_div", kl_div),
+                     ("bigram_entropy", bigram_entropy)]:
+        result = ch5.EXERCISES[name](fn)
+        assert result.passed, result.message
+
+
+def test_stub_reports_not_written():
+    def kl_div(p, q):
+        raise NotImplementedError
+
+    result = ch5.check_kl_div(kl_div)
+    assert not result.passed
+    assert "not written yet" in result.message
+
+
+def test_cross_entropy_rejects_wrong():
+    def naive(logits, targets):  # overflows on huge logits
+        p = torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)
+        return -torch.log(p[torch.arange(len(targets)), targets]).mean()
+
+    def summed(logits, targets):
+        return cross_entropy_from_logits(logits, targets) * len(targets)
+
+    def wrong_sign(logits, targets):
+        return -cross_entropy_from_logits(logits, targets)
+
+    r = ch5.check_cross_entropy_from_logits(naive)
+    assert not r.passed
+    assert "NaN" in r.message or "differs" in r.message
+    assert "case 4" in r.message  # only the huge-logit case fails
+    r = ch5.check_cross_entropy_from_logits(summed)
+    assert not r.passed
+    assert "differs" in r.message
+    assert "case 1" in r.message
+    r = ch5.check_cross_entropy_from_logits(wrong_sign)
+    assert not r.passed
+    assert "expected" in r.message
+
+
+def test_kl_rejects_wrong():
+    def swapped(p, q):
+        return kl_div(q, p)
+
+    def naive(p, q):  # 0 * log(0 / q) = 0 * -inf = NaN
+        return (p * torch.log(p / q)).sum(-1)
+
+    def bits(p, q):
+        return kl_div(p, q) / math.log(2)
+
+    r = ch5.check_kl_div(swapped)
+    assert not r.passed
+    assert "differs" in r.message
+    r = ch5.check_kl_div(naive)
+    assert not r.passed
+    assert "NaN" in r.message
+    assert "case 3" in r.message
+    r = ch5.check_kl_div(bits)
+    assert not r.passed
+    assert "worst at" in r.message
+
+
+def test_bigram_rejects_wrong():
+    def joint(text):  # H(X_{t-1}, X_t) instead of the conditional
+        pairs = Counter(itertools.pairwise(text))
+        n = sum(pairs.values())
+        return -sum(c / n * math.log2(c / n) for c in pairs.values())
+
+    def nats(text):
+        return bigram_entropy(text) * math.log(2)
+
+    def unigram(text):
+        counts = Counter(text)
+        return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
+
+    r = ch5.check_bigram_entropy(joint)
+    assert not r.passed
+    assert "expected 0.000000" in r.message  # "abababab": b always follows a
+    r = ch5.check_bigram_entropy(nats)
+    assert not r.passed
+    assert "nats" in r.message
+    r = ch5.check_bigram_entropy(unigram)
+    assert not r.passed
+    assert "bits/char" in r.message
+    r = ch5.check_bigram_entropy(lambda text: "1.0")
+    assert not r.passed
