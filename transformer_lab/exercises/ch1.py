@@ -1,0 +1,78 @@
+"""Chapter 1 exercises (linear algebra): attention by hand, head splitting, embeddings as one-hot products.
+
+Each ``check_<name>(fn)`` compares a student's function with ours on random float64 inputs (masked rows, batches
+and length-1 sequences included) and returns a :class:`~transformer_lab.exercises.CheckResult` saying what
+differs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_lab.attention import scaled_dot_product_attention
+from transformer_lab.attention import split_heads as _split_heads
+from transformer_lab.exercises import CheckResult, check_function
+
+__all__ = ["EXERCISES", "check_attention", "check_one_hot_embed", "check_split_heads"]
+
+
+def _rnd(gen, *shape):
+    return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+
+def _attention_reference(query, key, value, mask=None):
+    return scaled_dot_product_attention(query=query, key=key, value=value, mask=mask)[0]
+
+
+def _attention_cases(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    yield {"query": _rnd(gen, 3, 2), "key": _rnd(gen, 4, 2), "value": _rnd(gen, 4, 3)}
+    yield {"query": _rnd(gen, 2, 5, 8), "key": _rnd(gen, 2, 6, 8), "value": _rnd(gen, 2, 6, 4)}
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    yield {"query": _rnd(gen, 2, 5, 4), "key": _rnd(gen, 2, 5, 4), "value": _rnd(gen, 2, 5, 4), "mask": causal}
+    mask = torch.rand(3, 4, generator=gen) > 0.4
+    mask[:, 0] = True
+    yield {"query": _rnd(gen, 1, 3, 16) * 3, "key": _rnd(gen, 1, 4, 16) * 3, "value": _rnd(gen, 1, 4, 2),
+           "mask": mask}
+    yield {"query": _rnd(gen, 1, 1, 4), "key": _rnd(gen, 1, 1, 4), "value": _rnd(gen, 1, 1, 4)}
+
+
+def check_attention(fn) -> CheckResult:
+    """``attention(query, key, value, mask=None)``: softmax(Q Kᵀ / √d_k) V with True = may attend."""
+    return check_function("attention", fn, _attention_reference, _attention_cases(), atol=1e-10, rtol=1e-8)
+
+
+def _split_reference(x, n_head):
+    return _split_heads(x, n_head)
+
+
+def _split_cases(seed: int = 1):
+    gen = torch.Generator().manual_seed(seed)
+    yield {"x": _rnd(gen, 1, 2, 4), "n_head": 2}
+    yield {"x": _rnd(gen, 2, 5, 12), "n_head": 3}
+    yield {"x": _rnd(gen, 3, 1, 8), "n_head": 4}
+    yield {"x": _rnd(gen, 2, 4, 6), "n_head": 1}
+
+
+def check_split_heads(fn) -> CheckResult:
+    """``split_heads(x, n_head)``: (B, T, C) -> (B, n_head, T, C // n_head), head h = columns h·d_k … (h+1)·d_k."""
+    return check_function("split_heads", fn, _split_reference, _split_cases(), atol=0.0, rtol=0.0)
+
+
+def _embed_reference(idx, weight):
+    return weight[idx]
+
+
+def _embed_cases(seed: int = 2):
+    gen = torch.Generator().manual_seed(seed)
+    yield {"idx": torch.tensor([2]), "weight": _rnd(gen, 5, 3)}
+    yield {"idx": torch.tensor([[0, 4, 4], [1, 2, 3]]), "weight": _rnd(gen, 5, 3)}
+    yield {"idx": torch.randint(0, 11, (2, 7), generator=gen), "weight": _rnd(gen, 11, 6)}
+
+
+def check_one_hot_embed(fn) -> CheckResult:
+    """``one_hot_embed(idx, weight)``: one_hot(idx) @ weight, idx (...) int, weight (V, C) -> (..., C)."""
+    return check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), atol=1e-12, rtol=1e-12)
+
+
+EXERCISES = {"attention": check_attention, "split_heads": check_split_heads, "one_hot_embed": check_one_hot_embed}
