@@ -116,7 +116,7 @@ class Slider:
     def values(self) -> list:
         n = int(np.floor((self.hi - self.lo) / self.step + 1e-9)) + 1
         vals = [self.lo + i * self.step for i in range(n)]
-        return [int(round(v)) for v in vals] if self.is_int else [round(v, 10) for v in vals]
+        return [round(v) for v in vals] if self.is_int else [round(v, 10) for v in vals]
 
     def default(self):
         v = self.lo if self.value is None else self.value
@@ -226,8 +226,6 @@ class InteractiveFigure:
         """The ipywidgets panel: one control per parameter above an output that redraws on change."""
         if self._widget is None:
             import ipywidgets as w
-            from IPython.display import Image as IPImage
-            from IPython.display import display
 
             def make(name, c):
                 style = {"description_width": "initial"}
@@ -240,11 +238,10 @@ class InteractiveFigure:
             boxes = {name: make(name, c) for name, c in self.controls.items()}
             out = w.Output()
 
-            def redraw(_=None):
+            def redraw(_=None):  # replace the Output's single frame (works with or without a kernel)
                 png = self.render(**{n: b.value for n, b in boxes.items()})
-                with out:
-                    out.clear_output(wait=True)
-                    display(IPImage(data=png, format="png"))
+                data = {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": self.alt}
+                out.outputs = ({"output_type": "display_data", "data": data, "metadata": {}},)
 
             for b in boxes.values():
                 b.observe(redraw, names="value")

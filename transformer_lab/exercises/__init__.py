@@ -122,7 +122,7 @@ def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable
     except ValueError:  # builtins without a signature: just try them
         pass
     n = 0
-    for n, case in enumerate(cases, start=1):  # noqa: B007
+    for n, case in enumerate(cases, start=1):
         shown = ", ".join(f"{k}={_short(v)}" for k, v in case.items())
         try:
             got = fn(**_clone(case))

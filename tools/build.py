@@ -1,0 +1,88 @@
+"""Build the book with warnings as errors, and say clearly what failed.
+
+    python tools/build.py                         # the whole book into _build/html (what `make book` runs)
+    python tools/build.py chapters/03-optimization.md [...]
+
+With pages named, every page is still rendered (so cross-references resolve) but only those are executed,
+into ``_build/pages/<first page's name>/`` with their own execution cache: a quick check of one chapter while
+writing it that leaves ``_build/html`` alone. On failure it prints each warning and, for a page whose code
+raised, the page, the cell and the traceback; it exits non-zero.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+JB = [str(Path(sys.executable).parent / "jupyter-book")]
+
+
+def execution_reports(html_dir: Path) -> list[str]:
+    """One readable paragraph per page that failed to execute: the page, the failing cell and the error."""
+    out = []
+    for log in sorted((html_dir / "reports").rglob("*.err.log")):
+        page = log.relative_to(html_dir / "reports").as_posix().removesuffix(".err.log")
+        text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
+        cell = re.search(r"^-{5,}\n(.*?)^-{5,}\n", text, re.S | re.M)
+        where = re.findall(r"^Cell In\[\d+\], line \d+", text, re.M)
+        errors = re.findall(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b.*$", text, re.M)
+        out.append(f"page {page} failed to execute.\n  cell{' (' + where[-1] + ')' if where else ''}:\n"
+                   + "\n".join("    " + line for line in (cell.group(1).rstrip() if cell else "?").splitlines())
+                   + f"\n  error: {errors[-1] if errors else '(see the report)'}\n  full report: {log}")
+    return out
+
+
+def run(root: Path, extra: list[str], html_dir: Path) -> int:
+    t0 = time.perf_counter()
+    proc = subprocess.run([*JB, "build", str(root), "-W", "-n", "--keep-going", *extra], cwd=root,
+                          capture_output=True, text=True)
+    log = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    (html_dir.parent).mkdir(parents=True, exist_ok=True)
+    (html_dir.parent / "build.log").write_text(log)
+    executed = len(re.findall(r"Executing notebook using", log))
+    cached = len(re.findall(r"Using cached notebook", log))
+    warnings = [ln for ln in log.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b", ln)
+                and "IPKernelApp" not in ln]
+    for w in warnings:
+        print(w)
+    reports = execution_reports(html_dir)
+    for r in reports:
+        print("\n" + r)
+    if proc.returncode and not warnings and not reports:
+        print("\n".join(log.splitlines()[-40:]))
+    took = time.perf_counter() - t0
+    status = "built" if proc.returncode == 0 else "FAILED"
+    print(f"{status} {html_dir} in {took:.0f} s: {executed} notebook(s) executed, {cached} from cache, "
+          f"{len(warnings)} warning(s) (log: {html_dir.parent / 'build.log'})")
+    return proc.returncode or (1 if reports else 0)
+
+
+def main(pages: list[str]) -> int:
+    subprocess.run(["bash", str(ROOT / "tools" / "fetch_assets.sh")], check=True)
+    if not pages:
+        return run(ROOT, [], ROOT / "_build" / "html")
+    targets = [Path(p).resolve().relative_to(ROOT).as_posix() for p in pages]
+    for t in targets:
+        if not (ROOT / t).is_file():
+            print(f"no such page: {t}", file=sys.stderr)
+            return 2
+    out = ROOT / "_build" / "pages" / Path(targets[0]).stem
+    out.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["execute"]["exclude_patterns"] = [
+        p.relative_to(ROOT).as_posix() for d in ("book", "chapters") for p in (ROOT / d).glob("*.md")
+        if p.relative_to(ROOT).as_posix() not in targets]
+    config["execute"]["cache"] = str(out / ".jupyter_cache")
+    config["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in config["sphinx"]["local_extensions"].items()}
+    (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
+    return run(ROOT, ["--config", str(out / "_config.yml"), "--path-output", str(out)], out / "_build" / "html")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
