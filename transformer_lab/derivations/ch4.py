@@ -1,12 +1,13 @@
 """Chapter 4 (calculus): the gradients of backpropagation, derived with SymPy.
 
-Each function returns a dict of named SymPy expressions, the steps a textbook does by hand, ending in the
-form :mod:`transformer_lab.backprop` implements. :func:`check` lambdifies them and compares with our backward
+Each function returns a dict of named SymPy expressions (cached: treat it as read-only), the steps a textbook
+does by hand, ending in the form :mod:`transformer_lab.backprop` implements. :func:`check` lambdifies them and compares with our backward
 passes and with ``torch.autograd``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -18,6 +19,7 @@ x = sp.Symbol("x", real=True)
 _NUMPY = [{"erf": np.vectorize(math.erf)}, "numpy"]  # numpy has no erf (and scipy is not a dependency)
 
 
+@functools.cache
 def gelu_exact_derivative() -> dict[str, sp.Expr]:
     """GELU(x) = x Φ(x) ⇒ GELU′(x) = Φ(x) + x φ(x) (product rule, Φ′ = φ)."""
     Phi = (1 + sp.erf(x / sp.sqrt(2))) / 2  # standard normal CDF
@@ -29,6 +31,7 @@ def gelu_exact_derivative() -> dict[str, sp.Expr]:
             "difference": sp.simplify(derivative - closed_form), "at_zero": derivative.subs(x, 0)}
 
 
+@functools.cache
 def gelu_tanh_derivative() -> dict[str, sp.Expr]:
     """GELU_tanh(x) = ½ x (1 + tanh u), u = √(2/π)(x + 0.044715 x³) ⇒ ½(1 + tanh u) + ½ x (1 − tanh² u) u′."""
     c = sp.Rational(44715, 1000000)
@@ -41,6 +44,7 @@ def gelu_tanh_derivative() -> dict[str, sp.Expr]:
             "difference": sp.simplify(derivative - closed_form)}
 
 
+@functools.cache
 def relu_at_zero() -> dict[str, sp.Expr]:
     """ReLU = max(0, x): derivative 0 for x < 0, 1 for x > 0; at 0 the one-sided limits differ (1 vs 0)."""
     h = sp.Symbol("h", real=True)
@@ -50,6 +54,7 @@ def relu_at_zero() -> dict[str, sp.Expr]:
             "left_derivative": sp.limit(quotient, h, 0, "-"), "subdifferential": sp.Interval(0, 1)}
 
 
+@functools.cache
 def softmax_ce_gradient(n: int = 3) -> dict[str, object]:
     """L = −Σᵢ yᵢ log softmax(z)ᵢ ⇒ ∂L/∂zⱼ = pⱼ Σᵢ yᵢ − yⱼ = pⱼ − yⱼ (since Σ yᵢ = 1)."""
     z = sp.symbols(f"z0:{n}", real=True)
@@ -64,6 +69,7 @@ def softmax_ce_gradient(n: int = 3) -> dict[str, object]:
             "difference": [sp.simplify(a - b) for a, b in zip(on_simplex, target, strict=True)]}
 
 
+@functools.cache
 def layer_norm_gradient(n: int = 3) -> dict[str, object]:
     """∂x̂ᵢ/∂xⱼ = r (δᵢⱼ − 1/n − x̂ᵢ x̂ⱼ / n) with r = 1/√(σ² + ε); so ∂L/∂x = r (ĝ − mean ĝ − x̂ mean(ĝ x̂))."""
     xs = sp.symbols(f"x0:{n}", real=True)
@@ -83,6 +89,7 @@ def layer_norm_gradient(n: int = 3) -> dict[str, object]:
             "gradient_form": grad_form}
 
 
+@functools.cache
 def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
     """L = c · (W₂ f(W₁x + b₁) + b₂) for any differentiable f ⇒ ∂L/∂W₁ = ((W₂ᵀc) ⊙ f′(h)) xᵀ, ∂L/∂x = W₁ᵀ((W₂ᵀc) ⊙ f′(h))."""
     f = sp.Function("f")
