@@ -80,9 +80,8 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
     scores = q @ k.T * (score_scale(d_k) if scaled else 1.0)  # s = q . k / sqrt(d_k)   (N, n)
     p = softmax(scores, dim=-1)  # (N, n)
     entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)  # H(p) = -sum p log p
-    # ||diag(p) - p p^T||_F^2 = sum p_i^2 - 2 sum p_i^3 + (sum p_i^2)^2
-    s2, s3 = (p**2).sum(-1), (p**3).sum(-1)
-    grad_norm = (s2 - 2 * s3 + s2**2).clamp_min(0).sqrt()
+    # ||diag(p) - p p^T||_F, formed explicitly: the expanded sum of powers of p cancels when p is one-hot
+    grad_norm = torch.linalg.matrix_norm(torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2))
     return {"max_weight": p.amax(-1), "entropy": entropy, "grad_norm": grad_norm, "scores": scores}
 
 
