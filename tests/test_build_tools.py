@@ -8,12 +8,11 @@
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
-import build  # noqa: E402
-from lab_cache import package_hash  # noqa: E402
+import build
+from lab_cache import package_hash
 
 HEADER = """---
 jupytext:

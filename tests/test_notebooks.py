@@ -4,9 +4,8 @@ import time
 
 import jupytext
 import pytest
-from nbclient import NotebookClient
-
 from conftest import ROOT
+from nbclient import NotebookClient
 
 BUDGET_S = 60  # "well under a minute on 2 CPU cores"; chapters aim at < 45 s
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-
 from conftest import ROOT
 
 HTML = ROOT / "_build" / "html"
@@ -88,7 +87,8 @@ def test_page_loads_typesets_and_renders(page, server, path):
         page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
         page.evaluate("() => MathJax.startup.promise")
         untypeset = page.evaluate("() => [...document.querySelectorAll('.math')]"
-                                  ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))")
+                                  ".filter(e => !e.querySelector('mjx-container'))"
+                                  ".map(e => e.textContent.slice(0, 60))")
         assert not untypeset, f"equations MathJax did not typeset: {untypeset[:3]}"
         assert page.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
     broken = page.evaluate("() => [...document.querySelectorAll('img')].filter(i => !i.hidden)"
@@ -108,14 +108,15 @@ def test_static_sliders_change_the_frame(page, server, path):
         pytest.skip(f"{path} has no interactive figure")
     for fig in figures:
         for slider in fig.locator(".tl-fig-controls input[type=range]").all():
-            shown = fig.locator(".tl-fig-frames img:not([hidden])")
-            before_src, before_label = shown.get_attribute("src"), slider.locator("xpath=..").locator("output").text_content()
+            label = slider.locator("xpath=..").locator("output")
+            before_src = fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src")
+            before_label = label.text_content()
             at_end = slider.get_attribute("value") == slider.get_attribute("max")
             slider.focus()
             page.keyboard.press("Home" if at_end else "End")
             assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1
             after_src = fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src")
-            after_label = slider.locator("xpath=..").locator("output").text_content()
+            after_label = label.text_content()
             assert after_src != before_src, f"moving a slider on {path} did not change the frame"
             assert after_label != before_label
     assert not page.console_errors

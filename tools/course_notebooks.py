@@ -1,0 +1,100 @@
+"""Sphinx extension: a student and an instructor notebook for every chapter, linked from its page.
+
+For each page under ``chapters/`` that is a notebook, the build writes into ``<site>/notebooks/``:
+
+* ``NN-name-instructor.ipynb``: the chapter as it is, solutions in;
+* ``NN-name-student.ipynb``: the same with every solution removed (code cells tagged ``solution`` and the
+  ``solution`` directives around them). The exercise cells (tagged ``exercise``) stay as stubs, and the check
+  cells after them report "not written yet" until the student fills them in, so the notebook runs to the end.
+
+Both have no outputs. Each chapter page gets a line with links to its two notebooks.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+from sphinx.application import Sphinx
+
+NOTE = {
+    "student": ("**Student notebook.** Solutions are removed. Fill in each cell marked `raise NotImplementedError`"
+                " and run the check cell after it; `python -m transformer_lab check N answers.py` grades a file."),
+    "instructor": "**Instructor notebook.** Complete, with every solution.",
+}
+# A solution written as one directive (``` or ```` fenced) or opened/closed by the gated pair.
+_SOLUTION_BLOCK = re.compile(r"^(`{3,}|:{3,})\{solution\}.*?^\1[ \t]*$\n?", re.S | re.M)
+_GATE = re.compile(r"^(`{3,})\{solution-(?:start|end)\}.*?^\1[ \t]*$\n?", re.S | re.M)
+
+
+def chapter_pages(srcdir: Path) -> list[Path]:
+    return [p for p in sorted((srcdir / "chapters").glob("*.md"))
+            if "kernelspec:" in p.read_text(encoding="utf8")[:2000]]
+
+
+def _with_note(nb: nbformat.NotebookNode, kind: str) -> nbformat.NotebookNode:
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell(NOTE[kind]))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("jupytext", None)
+    return nb
+
+
+def instructor_notebook(page: Path) -> nbformat.NotebookNode:
+    """The chapter as a notebook, solutions in."""
+    return _with_note(jupytext.read(page), "instructor")
+
+
+def student_notebook(page: Path) -> nbformat.NotebookNode:
+    """The chapter as a notebook with every solution removed."""
+    nb = jupytext.read(page)
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
+            continue
+        if cell.cell_type == "markdown":
+            cell.source = _GATE.sub("", _SOLUTION_BLOCK.sub("", cell.source)).strip()
+            if not cell.source:
+                continue
+        cells.append(cell)
+    nb.cells = cells
+    return _with_note(nb, "student")
+
+
+def notebook_names(page: Path) -> dict[str, str]:
+    return {kind: f"{page.stem}-{kind}.ipynb" for kind in ("student", "instructor")}
+
+
+def write_notebooks(app: Sphinx, exception) -> None:
+    if exception or app.builder.format != "html":
+        return
+    out = Path(app.outdir) / "notebooks"
+    out.mkdir(exist_ok=True)
+    for page in chapter_pages(Path(app.srcdir)):
+        names = notebook_names(page)
+        nbformat.write(student_notebook(page), out / names["student"])
+        nbformat.write(instructor_notebook(page), out / names["instructor"])
+
+
+def add_links(app: Sphinx, pagename: str, templatename, context, doctree) -> None:
+    page = Path(app.srcdir) / f"{pagename}.md"
+    if not pagename.startswith("chapters/") or page not in chapter_pages(Path(app.srcdir)):
+        return
+    names = notebook_names(page)
+    links = " · ".join(
+        f'<a href="{html.escape(context["pathto"]("notebooks/" + names[kind], 1))}" download>{kind} notebook</a>'
+        for kind in ("student", "instructor"))
+    line = f'\n<p class="tl-downloads">Download this chapter as a {links}.</p>\n'
+    body = context["body"]
+    at = body.find("</h1>")
+    context["body"] = body[:at + 5] + line + body[at + 5:] if at >= 0 else line + body
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("html-page-context", add_links)
+    app.connect("build-finished", write_notebooks)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
