@@ -1,8 +1,8 @@
 """Chapter 3 (optimization): Adam's bias correction, its step size, gradient flow, the schedule, with SymPy.
 
 Each function returns a dict of named SymPy expressions (cached: treat it as read-only), the steps a textbook
-does by hand, ending in the form :mod:`transformer_lab.optim` implements. :func:`check` lambdifies them and compares with our AdamW and
-WarmupCosine and with the PyTorch references.
+does by hand, ending in the form :mod:`transformer_lab.optim` implements. :func:`check` lambdifies them and
+compares with our AdamW and WarmupCosine and with the PyTorch references.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Chapter 4 (calculus): the gradients of backpropagation, derived with SymPy.
 
 Each function returns a dict of named SymPy expressions (cached: treat it as read-only), the steps a textbook
-does by hand, ending in the form :mod:`transformer_lab.backprop` implements. :func:`check` lambdifies them and compares with our backward
-passes and with ``torch.autograd``.
+does by hand, ending in the form :mod:`transformer_lab.backprop` implements. :func:`check` lambdifies them and
+compares with our backward passes and with ``torch.autograd``.
 """
 
 from __future__ import annotations
