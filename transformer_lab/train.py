@@ -1,0 +1,225 @@
+"""The trainer (chapter 8): our AdamW and warm-up + cosine schedule (chapter 3), our cross-entropy (chapter 5).
+
+:class:`Trainer` knows nothing about GPT internals: it needs a module mapping token ids (B, T) to logits
+(B, T, V), a :class:`~transformer_lab.data.Corpus` and a :class:`TrainConfig`. It shows a tqdm bar with the loss
+and tokens/s, evaluates train and val loss on fixed batches every ``eval_interval`` steps, writes atomic
+checkpoints (:mod:`transformer_lab.checkpoint`), resumes a killed run so that its loss curve equals the
+uninterrupted one (weights, optimizer moments, step, and every RNG state are restored), and stops with a message
+naming the step when the loss or a gradient stops being finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from transformer_lab import checkpoint as ckpt
+from transformer_lab.data import Corpus, get_batch
+from transformer_lab.information import cross_entropy
+from transformer_lab.optim import AdamW, WarmupCosine, decay_groups
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train. Defaults are the widely published CPU recipe for character-level Shakespeare."""
+
+    max_iters: int = 2000  # optimizer steps in the whole run
+    batch_size: int = 12  # sequences per step (B)
+    block_size: int = 64  # tokens per sequence (T); at most the model's context length
+    lr: float = 1e-3  # peak learning rate, reached after warm-up
+    min_lr: float = 1e-4  # the cosine's floor, reached at max_iters
+    warmup: int = 100  # linear warm-up steps
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.99  # AdamW's second-moment decay (0.99: few tokens per step, so a shorter memory)
+    weight_decay: float = 0.1  # decoupled weight decay on matrices and embeddings only (decay_groups)
+    grad_clip: float = 1.0  # clip the global gradient norm to this (0 = no clipping)
+    eval_interval: int = 250  # evaluate (and checkpoint) every this many steps, and at the end
+    eval_iters: int = 20  # batches per split in each evaluation (the same batches every time)
+    seed: int = 1337  # seeds the batch sampler, the evaluation batches and dropout
+
+    def __post_init__(self):
+        for name in ("max_iters", "batch_size", "block_size", "eval_interval", "eval_iters"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive int, got {v!r}")
+        if not 0 <= self.warmup < self.max_iters:
+            raise ValueError(f"TrainConfig.warmup must lie in [0, max_iters={self.max_iters}), got {self.warmup}")
+        if not (0 < self.min_lr <= self.lr) or not math.isfinite(self.lr):
+            raise ValueError(f"TrainConfig needs 0 < min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise ValueError(f"TrainConfig betas must lie in [0, 1), got {self.beta1}, {self.beta2}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError("TrainConfig.weight_decay and grad_clip must be >= 0")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or a gradient became NaN or infinite; the message names the step."""
+
+
+@torch.no_grad()
+def evaluate_loss(model: nn.Module, data: torch.Tensor, *, block_size: int, batch_size: int = 64,
+                  max_windows: int | None = None) -> float:
+    """Mean cross-entropy (nats/token) over consecutive, non-overlapping windows of ``data``: exact, no sampling."""
+    n = (len(data) - 1) // block_size
+    if n < 1:
+        raise ValueError(f"data of {len(data)} tokens holds no window of block_size {block_size}")
+    n = min(n, max_windows or n)
+    starts = torch.arange(n) * block_size  # (N,)
+    offsets = torch.arange(block_size)  # (T,)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for i in range(0, n, batch_size):
+        s = starts[i:i + batch_size, None] + offsets  # (b, T)
+        total += float(cross_entropy(model(data[s]), data[s + 1], reduction="sum"))
+    model.train(was_training)
+    return total / (n * block_size)
+
+
+class Trainer:
+    """Trains ``model`` on ``corpus`` with ``config``; ``run()`` returns the history.
+
+    ``history["loss"]`` holds every step's training loss; ``history["eval"]`` the periodic evaluations
+    ``{"step", "train", "val"}``. ``checkpoint``: a path ``NAME.json`` written at every evaluation.
+    ``meta``: JSON-able facts stored in the checkpoint (e.g. the model config, under ``"config"``).
+    """
+
+    def __init__(self, model: nn.Module, corpus: Corpus, config: TrainConfig = TrainConfig(), *,
+                 checkpoint: str | Path | None = None, meta: dict[str, Any] | None = None, progress: bool = True):
+        self.model, self.corpus, self.config = model, corpus, config
+        self.checkpoint = None if checkpoint is None else ckpt.json_path(checkpoint)
+        self.meta = dict(meta or {})
+        self.meta.setdefault("config", asdict(model.config) if dataclasses.is_dataclass(
+            getattr(model, "config", None)) else {})
+        self.progress = progress
+        c = config
+        for name, data in (("train", corpus.train), ("val", corpus.val)):
+            if len(data) < c.block_size + 2:
+                raise ValueError(f"the {name} split has {len(data)} tokens, too few for block_size {c.block_size}")
+        self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2))
+        self.schedule = WarmupCosine(c.lr, c.min_lr, c.warmup, c.max_iters)
+        self.generator = torch.Generator().manual_seed(c.seed)  # the batch sampler
+        torch.manual_seed(c.seed)  # dropout draws from the global generator
+        g = torch.Generator().manual_seed(c.seed + 1)  # fixed evaluation batches
+        self.eval_batches = {split: [get_batch(data, block_size=c.block_size, batch_size=c.batch_size,
+                                               generator=g) for _ in range(c.eval_iters)]
+                             for split, data in (("train", corpus.train), ("val", corpus.val))}
+        self.step = 0
+        self.history: dict[str, list] = {"loss": [], "eval": []}
+        self.tokens_per_s = 0.0
+
+    # ------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss on the fixed evaluation batches of each split."""
+        was_training = self.model.training
+        self.model.eval()
+        out = {split: sum(float(cross_entropy(self.model(x), y)) for x, y in batches) / len(batches)
+               for split, batches in self.eval_batches.items()}
+        self.model.train(was_training)
+        return out
+
+    # ------------------------------------------------------------ checkpoints
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write a resumable checkpoint (weights, optimizer, step, RNG states, history, corpus hash)."""
+        path = path or self.checkpoint
+        if path is None:
+            raise ValueError("no checkpoint path: pass checkpoint= to Trainer or a path to save()")
+        meta = {**self.meta, "step": self.step, "train_config": asdict(self.config),
+                "corpus_sha256": self.corpus.sha256, "corpus_name": self.corpus.name,
+                "vocab": self.corpus.tokenizer.chars, "history": self.history,
+                "rng": {"batches": ckpt.encode_rng(self.generator.get_state()),
+                        "torch": ckpt.encode_rng(torch.get_rng_state())}}
+        return ckpt.save(path, model=self.model, meta=meta, optimizer=self.optimizer)
+
+    def resume(self, path: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save`; refuses one from another config or corpus."""
+        record, tensors = ckpt.read(path)
+        if record.get("corpus_sha256") != self.corpus.sha256:
+            raise ckpt.CheckpointError(
+                f"{path} was trained on a different text (corpus sha256 {str(record.get('corpus_sha256'))[:12]}..., "
+                f"this run's is {self.corpus.sha256[:12]}...)")
+        saved_train = record.get("train_config")
+        if saved_train != asdict(self.config):
+            diff = sorted(k for k in asdict(self.config) if (saved_train or {}).get(k) != asdict(self.config)[k])
+            raise ckpt.CheckpointError(f"{path} was written with another training config; differing: {diff}")
+        if record["config"] != self.meta["config"]:
+            diff = sorted(k for k in set(record["config"]) | set(self.meta["config"])
+                          if record["config"].get(k) != self.meta["config"].get(k))
+            raise ckpt.CheckpointError(f"{path} holds a model with another config; differing fields: {diff}")
+        ckpt.load_model_state(self.model, tensors, source=str(path))
+        ckpt.load_optimizer_state(self.optimizer, self.model, record, tensors)
+        self.step = int(record["step"])
+        self.history = record["history"]
+        self.generator.set_state(ckpt.decode_rng(record["rng"]["batches"]))
+        torch.set_rng_state(ckpt.decode_rng(record["rng"]["torch"]))
+
+    # ------------------------------------------------------------ the loop
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """One optimizer step on a batch; returns the loss before the step."""
+        lr = self.schedule.apply(self.optimizer, self.step)  # η(s): warm-up, then cosine
+        logits = self.model(x)  # (B, T, V)
+        loss = cross_entropy(logits, y)  # mean of -log p(y_t | x_{<=t})
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise TrainingDiverged(f"training stopped at step {self.step}: the loss is {value} (lr {lr:.3g}); "
+                                   "lower the learning rate or check the data")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            if not torch.isfinite(norm):
+                raise TrainingDiverged(f"training stopped at step {self.step}: the gradient norm is {float(norm)}"
+                                       f" (lr {lr:.3g}); lower the learning rate or check the data")
+        try:
+            self.optimizer.step()
+        except ValueError as exc:  # AdamW's own finiteness check
+            raise TrainingDiverged(f"training stopped at step {self.step}: {exc}") from exc
+        self.step += 1
+        return value
+
+    def run(self, *, until: int | None = None, callback=None) -> dict[str, list]:
+        """Train from the current step to ``max_iters`` (or stop after step ``until``, as a kill would)."""
+        c = self.config
+        end = c.max_iters if until is None else min(until, c.max_iters)
+        self.model.train()
+        if self.step == 0 and not self.history["eval"]:
+            self._evaluate_and_save()
+        bar = tqdm(total=c.max_iters, initial=self.step, disable=not self.progress, unit="step",
+                   dynamic_ncols=True, leave=False)
+        tokens = c.batch_size * c.block_size
+        try:
+            while self.step < end:
+                t0 = time.perf_counter()
+                x, y = get_batch(self.corpus.train, block_size=c.block_size, batch_size=c.batch_size,
+                                 generator=self.generator)  # (B, T), (B, T)
+                loss = self.train_step(x, y)
+                dt = time.perf_counter() - t0
+                self.history["loss"].append(loss)
+                rate = tokens / max(dt, 1e-9)
+                self.tokens_per_s = rate if self.tokens_per_s == 0 else 0.9 * self.tokens_per_s + 0.1 * rate
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens_per_s:,.0f}", refresh=False)
+                if self.step % c.eval_interval == 0 or self.step == c.max_iters:
+                    ev = self._evaluate_and_save()
+                    bar.write(f"step {self.step:5d}: train {ev['train']:.4f}, val {ev['val']:.4f}")
+                if callback is not None:
+                    callback(self)
+        finally:
+            bar.close()
+        return self.history
+
+    def _evaluate_and_save(self) -> dict[str, float]:
+        ev = {"step": self.step, **self.evaluate()}
+        self.history["eval"].append(ev)
+        if self.checkpoint is not None:
+            self.save()
+        return ev
