@@ -41,6 +41,7 @@ def test_symbolic_identities_are_zero():
     assert list(steps["q* (with Σ p = 1)"]) == [p[0], p[1], 1 - p[0] - p[1]]
     assert dict(ch5.softmax_cross_entropy(4, target=2))["∂(shifted)/∂m  (independent of m: choose m = max z)"] == 0
     assert ch5.nats_and_bits()[2][1] == 0
+    assert dict(ch5.softmax_maximum_entropy(3))["p* - softmax(z)"] == ch5.sp.zeros(3, 1)
 
 
 # ---------------------------------------------------------------- entropy, KL, cross-entropy of distributions

@@ -141,6 +141,28 @@ def chain_rule_nll(T: int = 3) -> list[tuple[str, sp.Expr]]:
     ]
 
 
+def softmax_maximum_entropy(n: int = 3) -> list[tuple[str, sp.Expr]]:
+    """The precise "entropy maximisation": softmax(z) maximises H(p) + Σ p_i z_i over distributions p."""
+    p = sp.symbols(f"p_1:{n + 1}", positive=True)
+    z = sp.symbols(f"z_1:{n + 1}", real=True)
+    lam = sp.symbols("lambda", real=True)
+    objective = entropy_expr(p) + sum(pi * zi for pi, zi in zip(p, z, strict=True))
+    lagrangian = objective + lam * (1 - sum(p))
+    p_of_lam = {pi: sp.solve(sp.diff(lagrangian, pi), pi)[0] for pi in p}  # p_i = e^{z_i - λ - 1}
+    lam_star = sp.solve(sp.Eq(sum(p_of_lam.values()), 1), lam)[0]
+    p_star = sp.Matrix([sp.simplify(v.subs(lam, lam_star)) for v in p_of_lam.values()])
+    softmax = sp.Matrix([sp.exp(zi) / sum(sp.exp(zj) for zj in z) for zi in z])
+    return [
+        ("objective H(p) + Σ p_i z_i", objective),
+        ("Lagrangian", lagrangian),
+        ("∂/∂p_i = 0  ⇒  p_i =", sp.Matrix(list(p_of_lam.values()))),
+        ("λ (from Σ p = 1)", sp.simplify(lam_star)),
+        ("p*", p_star),
+        ("p* - softmax(z)", sp.simplify(p_star - softmax)),
+        ("Hessian of the objective (negative definite: a maximum)", sp.hessian(objective, p)),
+    ]
+
+
 # ---------------------------------------------------------------- numerical agreement
 def _lambdified_ce(V: int):
     """Lambdified stable CE for each target y: f_y(z_1 … z_V, m), and the gradient expressions."""
