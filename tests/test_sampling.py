@@ -86,6 +86,19 @@ def test_sample_is_seeded_and_batched():
     assert sample(z[0, 0], generator=torch.Generator().manual_seed(7)).shape == ()
 
 
+def test_num_samples_draws_many_per_row():
+    z = torch.stack([LOGITS, LOGITS.flip(0)])
+    ids = sample(z, num_samples=N, generator=torch.Generator().manual_seed(5), top_p=0.95)
+    assert ids.shape == (2, N)
+    for row, target in zip(ids, F.softmax(filter_logits(z, top_p=0.95), -1), strict=True):
+        ok, _ = within_tolerance(row, target)
+        assert ok.all()
+    one = sample(LOGITS, num_samples=3, generator=torch.Generator().manual_seed(5))
+    assert one.shape == (3,)
+    with pytest.raises(ValueError, match=r"num_samples must be None or an int >= 1"):
+        sample(LOGITS, num_samples=0)
+
+
 def test_temperature_limits_numerically():
     g = torch.Generator().manual_seed(3)
     cold = sample(LOGITS.expand(5000, -1), temperature=1e-3, generator=g)

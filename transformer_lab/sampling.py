@@ -62,18 +62,26 @@ def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int 
 
 
 def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
-           top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token id per row of ``logits`` (..., V) -> (...), int64, drawn from ``softmax(filter_logits(...))``.
+           top_p: float | None = None, generator: torch.Generator | None = None,
+           num_samples: int | None = None) -> torch.Tensor:
+    """Token ids drawn from ``softmax(filter_logits(logits, ...))``, int64.
 
+    logits (..., V) -> (...): one token per row; with ``num_samples=n``, (..., n): n independent tokens per row
+    (the distribution is computed once, so many draws never build an (n, V) matrix).
     Inverse-CDF sampling: with ``u ~ U[0, 1)`` from ``generator``, return the first i with
     ``F_i = p_1 + ... + p_i > u · F_V``; a token of probability 0 can never be drawn.
     """
+    if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
+                                    or num_samples < 1):
+        raise ValueError(f"num_samples must be None or an int >= 1, got {num_samples!r}")
     probs = softmax(filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p), dim=-1)  # (..., V)
     if torch.isnan(probs).any():
         raise ValueError("logits contain NaN, or a row is entirely -inf: there is no distribution to sample from")
     cdf = torch.cumsum(probs, dim=-1)  # F_i   (..., V)
-    u = torch.rand((*probs.shape[:-1], 1), generator=generator, dtype=probs.dtype, device=probs.device)
-    idx = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)  # first i with F_i > u F_V   (..., 1)
+    n = 1 if num_samples is None else num_samples
+    u = torch.rand((*probs.shape[:-1], n), generator=generator, dtype=probs.dtype, device=probs.device)
+    idx = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)  # first i with F_i > u F_V   (..., n)
     ids = torch.arange(probs.shape[-1], device=probs.device)
     last = torch.where(probs > 0, ids, 0).amax(dim=-1, keepdim=True)  # last token with p_i > 0 (rounding guard)
-    return torch.minimum(idx, last).squeeze(-1)
+    idx = torch.minimum(idx, last)
+    return idx.squeeze(-1) if num_samples is None else idx
