@@ -97,12 +97,12 @@ def test_dot_product_variance_derivation_and_simulation():
     assert d["unit_scaled_variance"] == 1
     g = torch.Generator().manual_seed(0)
     for n in (4, 64, 256):
-        q = torch.randn(100_000, n, generator=g, dtype=torch.float64)
-        k = torch.randn(100_000, n, generator=g, dtype=torch.float64)
-        s = (q * k).sum(-1)
-        # Var of a sample variance of N samples of s (kurtosis ~ 3 + 6/n): relative s.e. ~ sqrt(2/N) = 0.0045
-        assert abs(s.var().item() / float(d["unit_variance"].subs(d_k, n)) - 1) < 0.03
-        assert abs((s * score_scale(n)).var().item() - 1) < 0.03
+        q = torch.randn(20_000, n, generator=g, dtype=torch.float64)
+        k = torch.randn(20_000, n, generator=g, dtype=torch.float64)
+        s = torch.linalg.vecdot(q, k)
+        # relative s.e. of a sample variance of N = 20,000 near-normal values: sqrt(2/N) = 0.01; allow 5 s.e.
+        assert abs(s.var().item() / float(d["unit_variance"].subs(d_k, n)) - 1) < 0.05
+        assert abs((s * score_scale(n)).var().item() - 1) < 0.05
 
 
 def test_softmax_saturation_grows_without_scale_and_not_with_it():

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .norm import LayerNorm
+from .norm import LayerNorm, layer_norm
 
 __all__ = ["ARRANGEMENTS", "PostLNResidual", "PreLNResidual", "depth_profile", "make_block"]
 
@@ -102,33 +102,39 @@ def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens
                   seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Push random tokens through ``n_layer`` blocks of ``arrangement`` and measure every depth.
 
-    Each sub-layer is a two-layer ReLU MLP ``F(x) = W_2 relu(W_1 x)`` with ``W_1 ~ N(0, 2 / C)`` (He
+    Each sub-layer is a two-layer ReLU MLP ``F(x) = relu(x W_1) W_2`` with ``W_1 ~ N(0, 2 / C)`` (He
     initialisation, which keeps the mean square through a ReLU) and ``W_2 ~ N(0, gain^2 / C)``, so ``F``
-    multiplies the root mean square of its input by about ``gain``. The loss is ``sum(x_L * r)`` for a
-    fixed random ``r``, so the gradient entering the top is unit-variance noise. Returns ``{"activation_rms":
-    (n_layer + 1,), "gradient_rms": (n_layer + 1,)}``: the root mean square of the stream ``x_l`` and of
-    ``dLoss/dx_l`` at the input (index 0) and after every block.
+    multiplies the root mean square of its input by about ``gain``; LayerNorms have weight 1 and bias 0. The
+    loss is ``sum(x_L * r)`` for a fixed random ``r``, so the gradient entering the top is unit-variance noise.
+    Returns ``{"activation_rms": (n_layer + 1,), "gradient_rms": (n_layer + 1,)}``: the root mean square of the
+    stream ``x_l`` and of ``dLoss/dx_l`` at the input (index 0) and after every block.
     """
+    if arrangement not in ARRANGEMENTS:
+        raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {arrangement!r}")
     if not isinstance(n_layer, int) or n_layer < 1:
         raise ValueError(f"depth_profile: n_layer must be a positive int, got {n_layer!r}")
     if not gain > 0:
         raise ValueError(f"depth_profile: gain must be > 0, got {gain}")
     g = torch.Generator().manual_seed(seed)
-
-    def mlp() -> nn.Module:
-        fc, proj = nn.Linear(d_model, d_model, bias=False), nn.Linear(d_model, d_model, bias=False)
-        with torch.no_grad():
-            fc.weight.normal_(0.0, (2.0 / d_model) ** 0.5, generator=g)  # He: Var(W_1) = 2 / fan_in
-            proj.weight.normal_(0.0, gain / d_model**0.5, generator=g)  # Var(W_2) = gain^2 / fan_in
-        return nn.Sequential(fc, nn.ReLU(), proj)
-
-    blocks = [make_block(arrangement, d_model, mlp()).to(dtype) for _ in range(n_layer)]
-    x = torch.randn(n_tokens, d_model, generator=g, dtype=dtype)  # (N, C) unit-variance input
-    r = torch.randn(n_tokens, d_model, generator=g, dtype=dtype)
+    C = d_model
+    W1 = torch.randn(n_layer, C, C, generator=g, dtype=dtype) * (2.0 / C) ** 0.5  # He: Var(W_1) = 2 / C
+    W2 = torch.randn(n_layer, C, C, generator=g, dtype=dtype) * (gain / C**0.5)  # Var(W_2) = gain^2 / C
+    x = torch.randn(n_tokens, C, generator=g, dtype=dtype)  # (N, C) unit-variance input
+    r = torch.randn(n_tokens, C, generator=g, dtype=dtype)
     xs = [x.requires_grad_()]
-    for block in blocks:
-        xs.append(block(xs[-1]))
-        xs[-1].retain_grad()
+    for l in range(n_layer):
+        h = xs[-1]
+        F = lambda v, l=l: torch.relu(v @ W1[l]) @ W2[l]  # noqa: E731  F(v) = relu(v W_1) W_2
+        if arrangement == "plain":
+            out = F(h)  # x_{l+1} = F(x_l)
+        elif arrangement == "residual":
+            out = h + F(h)  # x_{l+1} = x_l + F(x_l)
+        elif arrangement == "post-ln":
+            out = layer_norm(h + F(h))  # x_{l+1} = LN(x_l + F(x_l))
+        else:
+            out = h + F(layer_norm(h))  # x_{l+1} = x_l + F(LN(x_l))
+        out.retain_grad()
+        xs.append(out)
     (xs[-1] * r).sum().backward()
     rms = lambda t: t.detach().pow(2).mean().sqrt()  # noqa: E731
     return {"activation_rms": torch.stack([rms(t) for t in xs]), "gradient_rms": torch.stack([rms(t.grad) for t in xs])}
