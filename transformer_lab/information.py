@@ -48,7 +48,7 @@ def _check_distribution(p: torch.Tensor, name: str, dim: int, *, atol: float = 1
 def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Shannon entropy in nats along ``dim``: H(p) = -Σ_i p_i log p_i.  (..., V) -> (...)."""
     _check_distribution(p, "p", dim)
-    return -torch.special.xlogy(p, p).sum(dim=dim)  # H(p) = -Σ p log p, with 0 log 0 = 0
+    return -torch.special.xlogy(p, p).sum(dim=dim) + 0.0  # H(p) = -Σ p log p, 0 log 0 = 0 (+0.0: no -0.0)
 
 
 def distribution_cross_entropy(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -60,7 +60,7 @@ def distribution_cross_entropy(p: torch.Tensor, q: torch.Tensor, dim: int = -1) 
     _check_distribution(q, "q", dim)
     if p.shape != q.shape:
         raise ValueError(f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
-    return -torch.special.xlogy(p, q).sum(dim=dim)  # H(p, q) = -Σ p log q
+    return -torch.special.xlogy(p, q).sum(dim=dim) + 0.0  # H(p, q) = -Σ p log q (+0.0: no -0.0)
 
 
 def kl_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
