@@ -69,13 +69,13 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     d_k = query.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
 
-    scores = (query @ key.transpose(-2, -1)) * scale  # S = Q Kᵀ / √d_k   (..., T_q, T_k)
+    scores = (query * scale) @ key.transpose(-2, -1)  # S = (Q / √d_k) Kᵀ   (..., T_q, T_k); scaling Q is cheaper
     if mask is not None:
         _check_mask(mask, batch + scores.shape[-2:])
         scores = scores.masked_fill(~mask, float("-inf"))  # S_ij = -inf where j may not be attended
     weights = softmax(scores, dim=-1)  # A = softmax(S), each row sums to 1   (..., T_q, T_k)
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with no allowed key: A = 0
+    if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # there A = 0
     if dropout > 0.0:
         keep = torch.rand(weights.shape, generator=generator, dtype=weights.dtype, device=weights.device) >= dropout
         weights = weights * keep / (1.0 - dropout)  # inverted dropout: E[A'] = A

@@ -10,8 +10,30 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_lab.backprop import gelu, gelu_backward, linear_backward
+from transformer_lab.backprop import _GELU_C, _SQRT_2_OVER_PI, gelu, gelu_backward, linear_backward
 from transformer_lab.regularization import dropout, dropout_mask
+
+
+class _TanhGELU(torch.autograd.Function):
+    """``gelu(x, "tanh")`` and its derivative, written with ½(1 + tanh u) = σ(2u) (one sigmoid, no tanh).
+
+    GELU(x) = ½ x (1 + tanh u) = x σ(2u),  u = √(2/π)(x + c x³);  GELU′(x) = σ(2u) + x σ(2u)(1 − σ(2u)) 2u′(x).
+    Same values and gradients as autograd through :func:`~transformer_lab.backprop.gelu`, several times faster
+    on a CPU (``tanh`` is slow there, ``sigmoid`` is not); the capstone (chapter 8) calls it in every block.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        s = (x * x).mul_(_GELU_C).add_(1.0).mul_(x).mul_(2.0 * _SQRT_2_OVER_PI).sigmoid_()  # s = σ(2u)
+        ctx.save_for_backward(x, s)
+        return x * s  # x σ(2u)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        x, s = ctx.saved_tensors
+        du2 = (x * x).mul_(6.0 * _GELU_C * _SQRT_2_OVER_PI).add_(2.0 * _SQRT_2_OVER_PI)  # 2u′ = 2√(2/π)(1 + 3c x²)
+        d = (1.0 - s).mul_(s).mul_(du2).mul_(x).add_(s)  # σ + x σ(1 − σ) 2u′
+        return d.mul_(g)
 
 
 class MLP(nn.Module):
@@ -38,7 +60,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
         self._check(x)
         h = self.fc(x)  # (..., 4C)  h = x W₁ᵀ + b₁
-        a = gelu(h, self.approximate)  # (..., 4C)  a = GELU(h)
+        a = _TanhGELU.apply(h) if self.approximate == "tanh" else gelu(h, self.approximate)  # (..., 4C)  a = GELU(h)
         y = self.proj(a)  # (..., C)  y = a W₂ᵀ + b₂
         return dropout(y, self.p, training=self.training, generator=generator)
 

@@ -40,9 +40,33 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     _check_float(x, "x")
     dim = _check_dim(x, dim)
-    m = x.amax(dim=dim, keepdim=True).detach()  # softmax(z) = softmax(z - c): shift by the max, gradient 0
-    e = torch.exp(x - m)  # e_i = exp(z_i - max z) <= 1: never overflows
-    return e / e.sum(dim=dim, keepdim=True)  # p_i = e_i / sum_j e_j
+    return _Softmax.apply(x, dim)
+
+
+class _Softmax(torch.autograd.Function):
+    """softmax with its backward written from the Jacobian, ∂L/∂z = J ᵀg = p ⊙ (g − ⟨g, p⟩).
+
+    One saved tensor and three operations instead of autograd's trace through max, exp, sum and divide: the
+    capstone (chapter 8) calls it in every attention layer, so its speed matters.
+    """
+
+    generate_vmap_rule = True  # so torch.func transforms (jacrev, vmap) work through it
+
+    @staticmethod
+    def forward(x: torch.Tensor, dim: int) -> torch.Tensor:
+        m = x.amax(dim=dim, keepdim=True)  # softmax(z) = softmax(z - c): shift by the max
+        e = torch.exp(x - m)  # e_i = exp(z_i - max z) <= 1: never overflows
+        return e / e.sum(dim=dim, keepdim=True)  # p_i = e_i / sum_j e_j
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.dim = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        (p,) = ctx.saved_tensors
+        return p * (g - (g * p).sum(dim=ctx.dim, keepdim=True)), None  # (diag(p) - p pᵀ) g
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
