@@ -81,7 +81,7 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(c.d_model, bias=c.bias)
         self.mlp = MLP(c.d_model, bias=c.bias, dropout=c.dropout, approximate=c.gelu)
 
-    def attention(self, h: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor,
+    def attention(self, h: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor | None,
                   cache: list | None = None, need_weights: bool = False):
         """Causal self-attention of h (B, T, C) at ``positions`` (T,), through an optional [K, V] cache."""
         c = self.config
@@ -100,7 +100,7 @@ class Block(nn.Module):
         out = self.attn.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T, C)
         return (out, weights) if need_weights else out
 
-    def forward(self, x: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor,
+    def forward(self, x: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor | None,
                 cache: list | None = None, need_weights: bool = False):
         a = self.attention(self.ln1(x), positions=positions, mask=mask, cache=cache, need_weights=need_weights)
         weights = None
@@ -163,7 +163,8 @@ class GPT(nn.Module):
         elif c.positions == "sinusoidal":
             x = x + sinusoidal_encoding(start + T, c.d_model, dtype=x.dtype)[start:]  # x_t = E[idx_t] + PE(t)
         x = dropout(x, c.dropout, training=self.training)
-        mask = causal_mask(T, start + T)  # (T, T_k): query i sees keys j <= start + i
+        # (T, T_k): query i sees keys j <= start + i; one new token may see every cached key, so no mask at all
+        mask = None if T == 1 else causal_mask(T, start + T)
         weights = []
         for l, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layers[l]
@@ -174,7 +175,7 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))  # z = LN(x) Eᵀ   (B, T, V)
         return (logits, weights) if need_weights else logits
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
                  use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
