@@ -35,6 +35,7 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
 
@@ -81,13 +82,18 @@ def figure(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | Non
 
 
 def to_png(fig: Figure, *, dpi: int = FRAME_DPI, colors: int = 128) -> bytes:
-    """Render ``fig`` to a small PNG: a palette image of at most ``colors`` colours, optimised."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
-    image = image.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    """Render ``fig`` to a small PNG: a palette image of at most ``colors`` colours.
+
+    Draws straight into an Agg buffer and quantises it (fast octree), which costs about half of
+    ``savefig`` followed by a re-encode: most of a redraw's time is here.
+    """
+    fig.set_dpi(dpi)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    image = Image.fromarray(np.asarray(canvas.buffer_rgba())[..., :3])
+    image = image.quantize(colors=colors, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     out = io.BytesIO()
-    image.save(out, format="PNG", optimize=True)
+    image.save(out, format="PNG", compress_level=6)
     return out.getvalue()
 
 
