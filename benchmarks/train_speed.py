@@ -73,7 +73,8 @@ def main(argv=None) -> dict:
     peak = matmul_peak()
     flops = train_flops_per_token(ours) * tps["ours"]
     out = {"tokens_per_s_ours": tps["ours"], "tokens_per_s_reference": tps["reference"],
-           "ratio": tps["ours"] / tps["reference"], "median_pair_ratio": statistics.median(pair_ratios), "matmul_peak_gflops": peak / 1e9,
+           "ratio": tps["ours"] / tps["reference"], "median_pair_ratio": statistics.median(pair_ratios),
+           "matmul_peak_gflops": peak / 1e9,
            "train_gflops": flops / 1e9, "peak_share": flops / peak, "threads": torch.get_num_threads()}
     print(f"training throughput, recipe config (L=4, h=4, C=128, T=64, B=12), {torch.get_num_threads()} threads, "
           f"{'process CPU' if args.cpu_time else 'wall'} time")

@@ -47,6 +47,8 @@ def _train(args: argparse.Namespace) -> int:
     from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.train import TrainConfig, Trainer, TrainingDiverged, evaluate_loss
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         corpus = load_corpus(args.text)
         tc = TrainConfig(max_iters=args.max_iters, batch_size=args.batch_size, block_size=args.block_size,
@@ -170,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint at --out")
     p.add_argument("--weights-only", action="store_true", help="finish with a small weights-only checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice; fix it for bit-identical reruns)")
     for name, default in (("n_layer", m.n_layer), ("n_head", m.n_head), ("d_model", m.d_model),
                           ("dropout", m.dropout), ("max_iters", t.max_iters), ("batch_size", t.batch_size),
                           ("block_size", t.block_size), ("lr", t.lr), ("min_lr", t.min_lr),

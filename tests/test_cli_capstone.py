@@ -1,0 +1,55 @@
+"""``python -m transformer_lab train | sample | bench`` (chapter 8): a tiny run end to end, resume, and the
+clear errors for bad text files and bad checkpoints."""
+
+import json
+
+import pytest
+
+from transformer_lab import cli
+from transformer_lab.data import shakespeare
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
+        "--max-iters", "12", "--warmup", "2", "--eval-interval", "6", "--eval-iters", "2", "--quiet", "--threads", "1"]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "plays.txt"
+    path.write_text(shakespeare()[:30_000], encoding="utf-8")
+    return path
+
+
+def test_train_sample_and_resume(tmp_path, text_file, capsys):
+    out = tmp_path / "run.json"
+    assert cli.main(["train", "--text", str(text_file), "--out", str(out), *TINY]) == 0
+    record = json.loads(out.read_text())
+    assert record["step"] == 12 and record["corpus_name"] == "plays.txt" and record["val_loss_full"] < 4.2
+    assert cli.main(["train", "--text", str(text_file), "--out", str(out), *TINY]) == 2
+    assert "exists; pass --resume" in capsys.readouterr().err
+    assert cli.main(["train", "--text", str(text_file), "--out", str(out), "--resume", *TINY]) == 0
+    assert "resuming" in capsys.readouterr().out
+    assert cli.main(["sample", "--checkpoint", str(out), "--tokens", "20", "--prompt", "ROMEO:"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def test_train_errors_for_bad_text_files(tmp_path, capsys):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "short.txt").write_text("Alas, poor Yorick!")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 10)
+    for name, words in (("empty.txt", "is empty"), ("short.txt", "too short"), ("binary.bin", "binary"),
+                        ("missing.txt", "no such file")):
+        assert cli.main(["train", "--text", str(tmp_path / name), "--out", str(tmp_path / "x.json"), *TINY]) == 2
+        assert words in capsys.readouterr().err
+
+
+def test_sample_errors(tmp_path, capsys):
+    assert cli.main(["sample", "--checkpoint", str(tmp_path / "none.json")]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
+    (tmp_path / "foreign.json").write_text('{"state_dict": "model.pt"}')
+    assert cli.main(["sample", "--checkpoint", str(tmp_path / "foreign.json")]) == 2
+    assert "not a transformer_lab checkpoint" in capsys.readouterr().err
+
+
+def test_check_subcommand_is_unchanged():
+    args = cli.build_parser().parse_args(["check", "8", "answers.py"])
+    assert args.func is cli._check and args.chapter == 8

@@ -1,0 +1,77 @@
+"""Chapter 8 (the mini-GPT): its parameter count and the cost of generation, derived symbolically.
+
+:func:`param_count` adds up the parameters of every part of :class:`transformer_lab.gpt.GPT` as SymPy terms;
+:func:`generation_cost` sums the positions a model processes to generate ``n`` tokens with and without a
+key/value cache. :func:`check` evaluates both against the real models.
+"""
+
+from __future__ import annotations
+
+import random
+
+import sympy as sp
+
+__all__ = ["check", "generation_cost", "param_count", "param_terms"]
+
+V, T, L, C = sp.symbols("V T L C", positive=True, integer=True)
+n, t = sp.symbols("n t", positive=True, integer=True)
+
+
+def param_terms() -> dict[str, sp.Expr]:
+    """Parameters of each part, as SymPy expressions in V (vocabulary), T (block size), L (layers), C (width)."""
+    return {
+        "token embedding E (tied to the head)": V * C,
+        "learned positions P": T * C,
+        "per block: LayerNorm 1 (γ, β)": 2 * C,
+        "per block: attention in_proj [W_Q; W_K; W_V] + bias": 3 * C * C + 3 * C,
+        "per block: attention out_proj W_O + bias": C * C + C,
+        "per block: LayerNorm 2 (γ, β)": 2 * C,
+        "per block: MLP fc W₁ + bias": C * 4 * C + 4 * C,
+        "per block: MLP proj W₂ + bias": 4 * C * C + C,
+        "final LayerNorm": 2 * C,
+        "head (= Eᵀ, tied)": sp.Integer(0),
+    }
+
+
+def param_count() -> sp.Expr:
+    """N(V, T, L, C): the sum of :func:`param_terms`, blocks counted L times, simplified."""
+    terms = param_terms()
+    per_block = sum(v for k, v in terms.items() if k.startswith("per block"))
+    rest = sum(v for k, v in terms.items() if not k.startswith("per block"))
+    return sp.expand(rest + L * per_block)  # V C + T C + 2 C + L (12 C² + 13 C)
+
+
+def generation_cost() -> dict[str, sp.Expr]:
+    """Positions processed to generate n tokens from a 1-token prompt, context never full.
+
+    Without a cache step t recomputes all t positions: Σ_{t=1}^{n} t = n(n+1)/2. With a cache each step processes
+    one new position: n. Their ratio (n+1)/2 is the speed-up where the per-position work dominates.
+    """
+    without = sp.summation(t, (t, 1, n))
+    with_cache = sp.summation(sp.Integer(1), (t, 1, n))
+    return {"without": sp.factor(without), "with_cache": with_cache, "ratio": sp.simplify(without / with_cache)}
+
+
+def check(seed: int = 0) -> dict[str, float]:
+    """Largest |difference| between the formula, our GPT's count and the reference GPT's, over random shapes."""
+    import torch
+
+    from transformer_lab.gpt import GPT, GPTConfig
+    from transformer_lab.reference import ReferenceGPT
+
+    rng = random.Random(seed)
+    f = sp.lambdify((V, T, L, C), param_count())
+    worst_ours = worst_ref = 0
+    for _ in range(3):
+        v, tt, layers, h = rng.randint(5, 70), rng.randint(4, 64), rng.randint(1, 3), rng.choice([1, 2, 4])
+        c = h * rng.randint(2, 8)
+        config = GPTConfig(vocab_size=v, block_size=tt, n_layer=layers, n_head=h, d_model=c)
+        ours = GPT(config).num_params()
+        ref = sum(p.numel() for p in ReferenceGPT(config).parameters())  # parameters() lists a tied one once
+        worst_ours = max(worst_ours, abs(int(f(v, tt, layers, c)) - ours))
+        worst_ref = max(worst_ref, abs(ours - ref))
+    cost = generation_cost()
+    ratio_err = max(abs(float(cost["ratio"].subs(n, k)) - sum(range(1, k + 1)) / k) for k in (1, 7, 500))
+    del torch
+    return {"formula vs ours": float(worst_ours), "ours vs reference": float(worst_ref),
+            "cache ratio vs direct sum": ratio_err}

@@ -1,0 +1,79 @@
+"""Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
+key/value cache.
+
+Each ``check_<name>(fn)`` compares a student's function with ours and returns a
+:class:`~transformer_lab.exercises.CheckResult` saying what differs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer_lab.attention import scaled_dot_product_attention
+from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.gpt import GPT, GPTConfig
+
+__all__ = ["EXERCISES", "check_attend_with_cache", "check_count_params", "check_lm_windows"]
+
+
+def _count_reference(vocab_size, block_size, n_layer, d_model):
+    config = GPTConfig(vocab_size=vocab_size, block_size=block_size, n_layer=n_layer, n_head=1, d_model=d_model)
+    return GPT(config).num_params()
+
+
+def check_count_params(fn) -> CheckResult:
+    """``count_params(vocab_size, block_size, n_layer, d_model) -> int``: the GPT's parameters, tied head once."""
+    cases = [dict(vocab_size=64, block_size=64, n_layer=4, d_model=128),
+             dict(vocab_size=10, block_size=8, n_layer=1, d_model=4),
+             dict(vocab_size=3, block_size=300, n_layer=6, d_model=24)]
+
+    def compare(got, expected):
+        if not isinstance(got, int | torch.Tensor) or int(got) != expected:
+            diff = f" ({int(got) - expected:+d})" if isinstance(got, int) else ""
+            return f"count is {got!r}{diff}, expected {expected}"
+        return None
+
+    return check_function("count_params", fn, _count_reference, cases, compare=compare)
+
+
+def _windows_reference(ids, block_size):
+    n = (len(ids) - 1) // block_size
+    starts = torch.arange(n)[:, None] * block_size + torch.arange(block_size)  # (N, T)
+    return ids[starts], ids[starts + 1]
+
+
+def check_lm_windows(fn) -> CheckResult:
+    """``lm_windows(ids, block_size) -> (x, y)``: consecutive non-overlapping windows x (N, T), y = x shifted by 1."""
+    gen = torch.Generator().manual_seed(8)
+    cases = [dict(ids=torch.arange(10), block_size=3), dict(ids=torch.arange(13), block_size=4),
+             dict(ids=torch.randint(0, 60, (101,), generator=gen), block_size=10),
+             dict(ids=torch.arange(5), block_size=4)]
+    return check_function("lm_windows", fn, _windows_reference, cases, atol=0, rtol=0)
+
+
+def _cache_reference(q, k_cache, v_cache, k_new, v_new):
+    k = torch.cat((k_cache, k_new), dim=-2)
+    v = torch.cat((v_cache, v_new), dim=-2)
+    out, _ = scaled_dot_product_attention(query=q, key=k, value=v)
+    return out, k, v
+
+
+def check_attend_with_cache(fn) -> CheckResult:
+    """``attend_with_cache(q, k_cache, v_cache, k_new, v_new) -> (out, k, v)``: append the new key and value
+    (B, h, 1, d) to the caches (B, h, t, d), then attend with the one new query q (B, h, 1, d)."""
+    gen = torch.Generator().manual_seed(9)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    cases = [dict(q=r(1, 1, 1, 4), k_cache=r(1, 1, 3, 4), v_cache=r(1, 1, 3, 4), k_new=r(1, 1, 1, 4),
+                  v_new=r(1, 1, 1, 4)),
+             dict(q=r(2, 3, 1, 8), k_cache=r(2, 3, 5, 8), v_cache=r(2, 3, 5, 2), k_new=r(2, 3, 1, 8),
+                  v_new=r(2, 3, 1, 2)),
+             dict(q=r(1, 2, 1, 4), k_cache=r(1, 2, 0, 4), v_cache=r(1, 2, 0, 4), k_new=r(1, 2, 1, 4),
+                  v_new=r(1, 2, 1, 4))]
+    return check_function("attend_with_cache", fn, _cache_reference, cases, atol=1e-10, rtol=1e-8)
+
+
+EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
+             "attend_with_cache": check_attend_with_cache}
