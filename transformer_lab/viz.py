@@ -170,6 +170,7 @@ class InteractiveFigure:
         self.draw, self.controls, self.fixed, self.static = draw, controls, fixed, static
         self.max_frames, self.alt = max_frames, alt
         self._widget = None
+        self._layout = None  # axes positions from the first render
 
     # -- shared
     def defaults(self) -> dict:
@@ -177,11 +178,23 @@ class InteractiveFigure:
         return {**self.fixed, **{name: c.default() for name, c in self.controls.items()}}
 
     def render(self, **params) -> bytes:
-        """Draw with ``params`` over the defaults and return the PNG bytes (the figure is discarded)."""
+        """Draw with ``params`` over the defaults and return the PNG bytes (the figure is discarded).
+
+        The first render lays the figure out (constrained layout, about half of a redraw's cost); later ones
+        with the same number of axes reuse those axes positions, so moving a control only redraws.
+        """
         fig = self.draw(**{**self.defaults(), **params})
         if not isinstance(fig, Figure):
             raise TypeError(f"{self.draw.__name__} must return a matplotlib Figure, got {type(fig).__name__}")
-        return to_png(fig)
+        axes = fig.get_axes()
+        if self._layout is not None and len(self._layout) == len(axes):
+            fig.set_layout_engine("none")
+            for ax, position in zip(axes, self._layout, strict=True):
+                ax.set_position(position)
+        png = to_png(fig)
+        if self._layout is None:
+            self._layout = [ax.get_position(original=True) for ax in axes]
+        return png
 
     def time_redraw(self, repeats: int = 5, **params) -> float:
         """Seconds of CPU for one redraw (draw + render), the cost a moved control pays: the best of
