@@ -1,0 +1,49 @@
+"""The front and back matter keep their promises: every seed claim is linked, every exercise is in the course guide
+and has a checker, every chapter opens with the seed in Chinese and English."""
+
+import importlib
+import re
+
+import pytest
+from conftest import ROOT
+
+CHAPTERS = sorted((ROOT / "chapters").glob("0*.md"))
+
+
+def labels(pattern: str) -> dict[str, str]:
+    return {m.group(1): p.stem for p in CHAPTERS for m in re.finditer(pattern, p.read_text(), re.M)}
+
+
+def test_every_seed_claim_links_to_where_the_book_treats_it():
+    page = (ROOT / "book" / "seed-claims.md").read_text()
+    claim_labels = labels(r"^\((claim-\d+)\)=")
+    for n in range(1, 35):
+        row = re.search(rf"^\| {n} \|.*\|$", page, re.M)
+        assert row, f"claim {n} is missing from the seed's claims page"
+        assert f"{{ref}}`claim-{n}`" in row.group(0), f"claim {n} has no link"
+        assert f"claim-{n}" in claim_labels, f"no chapter has the target (claim-{n})="
+    assert "in preparation" not in page
+
+
+def test_every_exercise_has_a_checker_and_is_in_the_course_guide():
+    guide = (ROOT / "book" / "course-guide.md").read_text()
+    exercise_labels = labels(r"^:label: (ch\d-ex-[\w-]+)")
+    assert len(exercise_labels) >= 3 * 7
+    for label, chapter in exercise_labels.items():
+        assert f"{{ref}}`{label}`" in guide, f"exercise {label} ({chapter}) is not in the course guide"
+    for page in CHAPTERS:
+        n = int(page.name[:2])
+        registry = importlib.import_module(f"transformer_lab.exercises.ch{n}").EXERCISES
+        text = page.read_text()
+        stubs = re.findall(r":tags: \[exercise\]\s+def (\w+)\(", text)
+        assert len(stubs) >= 3, f"{page.name} has {len(stubs)} exercise stubs"
+        assert set(stubs) == set(registry), f"{page.name}: stubs {stubs} vs checkers {sorted(registry)}"
+        assert text.count("{solution-start}") == len(stubs), f"{page.name}: every exercise needs a hidden solution"
+        assert text.count(":class: dropdown") >= len(stubs)
+
+
+@pytest.mark.parametrize("page", [p for p in CHAPTERS if not p.name.startswith("08")], ids=lambda p: p.stem)
+def test_chapter_opens_with_the_seed_in_both_languages(page):
+    head = page.read_text()[:6000]
+    assert re.search(r"[\u4e00-\u9fff]{4,}", head), "no Chinese quotation of the seed near the top"
+    assert "What the seed gets wrong" in page.read_text()
