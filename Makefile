@@ -42,6 +42,15 @@ lint: $(READY)
 test: book chromium lint
 	$(BIN)/python -m pytest
 
+# The shipped checkpoint (about 8 minutes on 2 cores; 1 thread makes reruns bit-identical).
+train: $(READY)
+	$(BIN)/python -m transformer_lab train --out transformer_lab/checkpoints/shakespeare.json --force \
+		--weights-only --block-size 256 --batch-size 6 --max-iters 2000 --eval-interval 250 --threads 1
+
+# Every benchmark, ours against its reference in the same run, printed as ratios (about 10 minutes).
+bench: $(READY)
+	$(BIN)/python -m transformer_lab bench
+
 lab: $(READY)
 	@mkdir -p $(VENV)/share/jupyter/lab/settings
 	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' \

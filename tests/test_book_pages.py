@@ -16,12 +16,14 @@ def labels(pattern: str) -> dict[str, str]:
 
 def test_every_seed_claim_links_to_where_the_book_treats_it():
     page = (ROOT / "book" / "seed-claims.md").read_text()
-    claim_labels = labels(r"^\((claim-\d+)\)=")
+    claim_labels = labels(r"^\((claim-(?:\d+|C))\)=")
     for n in range(1, 35):
         row = re.search(rf"^\| {n} \|.*\|$", page, re.M)
         assert row, f"claim {n} is missing from the seed's claims page"
         assert f"{{ref}}`claim-{n}`" in row.group(0), f"claim {n} has no link"
         assert f"claim-{n}" in claim_labels, f"no chapter has the target (claim-{n})="
+    assert "{ref}`claim-C`" in page
+    assert "claim-C" in claim_labels
     assert "in preparation" not in page
 
 
