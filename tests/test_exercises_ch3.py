@@ -3,6 +3,7 @@
 import math
 
 import torch
+from conftest import assert_rejected
 
 from transformer_lab.exercises import ch3, registry
 
@@ -48,19 +49,11 @@ def test_solutions_pass():
         assert r.passed, r.message
 
 
-def rejected(checker, fn, *fragments):
-    r = checker(fn)
-    assert not r.passed
-    for f in fragments:
-        assert f in r.message, r.message
-    return r
-
-
 def test_stub_says_not_written():
     def adam_step(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
         raise NotImplementedError
 
-    rejected(ch3.check_adam_step, adam_step, "not written yet")
+    assert_rejected(ch3.check_adam_step, adam_step, "not written yet")
 
 
 def test_adam_step_rejects():
@@ -78,9 +71,9 @@ def test_adam_step_rejects():
         return adam_step(param, grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
                          weight_decay=weight_decay)[0]
 
-    rejected(ch3.check_adam_step, no_bias_correction, "output[0] differs", "case 1")
-    rejected(ch3.check_adam_step, coupled_decay, "differs", "worst at")
-    rejected(ch3.check_adam_step, only_param, "should be a tuple of 3 items")
+    assert_rejected(ch3.check_adam_step, no_bias_correction, "output[0] differs", "case 1")
+    assert_rejected(ch3.check_adam_step, coupled_decay, "differs", "worst at")
+    assert_rejected(ch3.check_adam_step, only_param, "should be a tuple of 3 items")
 
 
 def test_schedule_rejects():
@@ -90,9 +83,9 @@ def test_schedule_rejects():
     def no_floor(step, max_lr, min_lr, warmup, total):  # decays to 0, ignores min_lr
         return warmup_cosine_lr(step, max_lr, 0.0, warmup, total)
 
-    rejected(ch3.check_warmup_cosine_lr, zero_at_start, "learning rate 0, expected 0.0001", "step=0")
-    rejected(ch3.check_warmup_cosine_lr, no_floor, "expected", "step=35")
-    rejected(ch3.check_warmup_cosine_lr, lambda step, max_lr, min_lr, warmup, total: "fast",
+    assert_rejected(ch3.check_warmup_cosine_lr, zero_at_start, "learning rate 0, expected 0.0001", "step=0")
+    assert_rejected(ch3.check_warmup_cosine_lr, no_floor, "expected", "step=35")
+    assert_rejected(ch3.check_warmup_cosine_lr, lambda step, max_lr, min_lr, warmup, total: "fast",
              "should return a number")
 
 
@@ -103,10 +96,10 @@ def test_gradient_descent_rejects():
     def no_start(A, theta0, lr, steps):
         return gradient_descent(A, theta0, lr, steps)[1:]
 
-    rejected(ch3.check_gradient_descent, ascent, "differs", "worst at")
-    rejected(ch3.check_gradient_descent, no_start, "has shape (20, 2), expected (21, 2)")
+    assert_rejected(ch3.check_gradient_descent, ascent, "differs", "worst at")
+    assert_rejected(ch3.check_gradient_descent, no_start, "has shape (20, 2), expected (21, 2)")
 
 
 def test_inverted_dropout_rejects():
-    rejected(ch3.check_inverted_dropout, lambda x, keep, p: x * keep, "differs", "expected")  # forgot 1/(1−p)
-    rejected(ch3.check_inverted_dropout, lambda x, keep, p: x * keep / p, "differs")  # divided by p
+    assert_rejected(ch3.check_inverted_dropout, lambda x, keep, p: x * keep, "differs", "expected")  # forgot 1/(1−p)
+    assert_rejected(ch3.check_inverted_dropout, lambda x, keep, p: x * keep / p, "differs")  # divided by p
