@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from transformer_lab.viz import Choice, InteractiveFigure, Slider, figure, interactive, to_png
+from transformer_lab.viz import Choice, InteractiveFigure, Slider, bars, category_labels, figure, interactive, to_png
 
 
 def draw_line(slope=1.0, color="C0", title="a line"):
@@ -104,3 +104,29 @@ def test_redraw_is_fast_and_frames_are_small():
     fig.render()  # warm-up: fonts, caches
     assert fig.time_redraw() < 0.1
     assert len(to_png(draw_line())) < 30_000
+
+
+def test_bars_and_category_labels_match_what_they_replace():
+    fig, (ax, bx) = figure(1, 2)
+    ax.bar([0, 1, 2], [1.0, -0.5, 2.0], 0.4)
+    rects = bars(bx, [0, 1, 2], [1.0, -0.5, 2.0], 0.4, color="C0", label="b")
+    assert len(rects.get_paths()) == 3
+    assert ax.get_xlim() == pytest.approx(bx.get_xlim()) and ax.get_ylim() == pytest.approx(bx.get_ylim())
+    category_labels(bx, [0, 1, 2], ["a", "b", "c"], rotation=45)
+    category_labels(ax, [0, 1], ["x", "y"], axis="y")
+    assert [t.get_text() for t in bx.texts] == ["a", "b", "c"] and len(bx.get_xticks()) == 0
+    assert [t.get_text() for t in ax.texts] == ["x", "y"] and len(ax.get_yticks()) == 0
+    assert to_png(fig).startswith(b"\x89PNG")
+
+
+def test_torch_runs_on_one_thread_while_a_figure_draws():
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def draw(x=0):
+        seen.append(torch.get_num_threads())
+        return draw_line()
+
+    threads = torch.get_num_threads()
+    interactive(draw, x=Slider(0, 1, 1)).render()
+    assert seen == [1] and torch.get_num_threads() == threads
