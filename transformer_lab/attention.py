@@ -2,8 +2,9 @@
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
 
-Everything is written with plain tensor operations (matrix products, reshapes, our own softmax), shape comments
-beside each line, and keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
+Everything is written with plain tensor operations (matrix products, reshapes, chapter 2's max-shifted softmax and
+its Jacobian in the hand-written backward pass of the attention core), shape comments beside each line, and keyword
+arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
 Masks are boolean with ``True`` = "may attend", the convention of ``F.scaled_dot_product_attention``.
 """
 
@@ -13,8 +14,6 @@ import math
 
 import torch
 from torch import nn
-
-from transformer_lab.softmax import softmax
 
 __all__ = ["Embedding", "MultiHeadAttention", "merge_heads", "scaled_dot_product_attention", "split_heads",
            "tie_weights"]
@@ -68,18 +67,74 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     d_k = query.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
-
-    scores = (query * scale) @ key.transpose(-2, -1)  # S = (Q / √d_k) Kᵀ   (..., T_q, T_k); scaling Q is cheaper
     if mask is not None:
-        _check_mask(mask, batch + scores.shape[-2:])
-        scores = scores.masked_fill(~mask, float("-inf"))  # S_ij = -inf where j may not be attended
-    weights = softmax(scores, dim=-1)  # A = softmax(S), each row sums to 1   (..., T_q, T_k)
-    if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # there A = 0
-    if dropout > 0.0:
-        keep = torch.rand(weights.shape, generator=generator, dtype=weights.dtype, device=weights.device) >= dropout
-        weights = weights * keep / (1.0 - dropout)  # inverted dropout: E[A'] = A
-    return weights @ value, weights  # O = A V   (..., T_q, d_v)
+        _check_mask(mask, torch.Size((*batch, query.shape[-2], key.shape[-2])))
+    return _Attention.apply(query, key, value, mask, scale, dropout, generator)  # (out, weights)
+
+
+class _Attention(torch.autograd.Function):
+    """The attention core with the backward pass derived by hand (chapters 1 and 2), one node for autograd.
+
+    Forward:  S = (Q·scale) Kᵀ, S_ij = -inf where masked,  P = softmax(S),  A = P (⊙ dropout keep / (1 - p)),
+              O = A V.
+    Backward, with G = ∂L/∂O (and ∂L/∂A from the returned weights, if used):
+              ∂L/∂V = Aᵀ G,   ∂L/∂A = G Vᵀ,   ∂L/∂P = ∂L/∂A (⊙ keep / (1 - p)),
+              ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P))       softmax's Jacobian (diag(P) - P Pᵀ), chapter 2,
+              ∂L/∂Q = scale · ∂L/∂S K,   ∂L/∂K = ∂L/∂Sᵀ (Q·scale).
+    rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O) when only O is used: a (T_q, d_v) product instead of a (T_q, T_k) one.
+    Softmax and masking work in place on S, so the step keeps one (T_q, T_k) buffer instead of five.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, scale, dropout, generator):
+        # Q / √d_k (scaling Q is cheaper than scaling S), K and V made contiguous once, for all six products
+        q = torch.mul(query, scale, out=query.new_empty(query.shape))  # (..., T_q, d_k)
+        key, value = key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
+        scores = q @ key.transpose(-2, -1)  # S = (Q / √d_k) Kᵀ   (..., T_q, T_k)
+        if mask is not None:  # S_ij = -inf where j may not be attended, as an additive 0 / -inf matrix
+            scores = scores + torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(
+                ~mask, float("-inf"))
+        p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
+        if mask is not None:  # e^z for z < -87 is 0 or subnormal in float32 and slow on a CPU, so clamp there
+            p = p.clamp_min_(-87.0).exp_().mul_(mask)  # ... and zero the masked entries exactly (e^-87 ≈ 1e-38)
+        else:
+            p = p.exp_()
+        p = p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1   (..., T_q, T_k)
+        if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
+            p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0)
+        weights, keep = p, None
+        if dropout > 0.0:
+            keep = torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device) >= dropout
+            keep = keep.to(p.dtype).div_(1.0 - dropout)  # inverted dropout: E[A] = P
+            weights = p * keep
+        out = weights @ value  # O = A V   (..., T_q, d_v)
+        ctx.save_for_backward(q, key, value, p, keep, out)
+        ctx.scale, ctx.shapes = scale, (query.shape, key.shape, value.shape)
+        ctx.set_materialize_grads(False)  # g_weights stays None when the weights are not used
+        return out, weights
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_out, g_weights):
+        q, key, value, p, keep, out = ctx.saved_tensors
+        weights = p if keep is None else p * keep
+        g_out = torch.zeros_like(out) if g_out is None else g_out.contiguous()  # G   (..., T_q, d_v)
+        g_value = weights.transpose(-2, -1) @ g_out  # ∂L/∂V = Aᵀ G   (..., T_k, d_v)
+        g_p = g_out @ value.transpose(-2, -1)  # ∂L/∂A = G Vᵀ   (..., T_q, T_k)
+        if g_weights is None:
+            row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (..., T_q, 1)
+        else:
+            g_p = g_p + g_weights
+        if keep is not None:
+            g_p = g_p.mul_(keep)  # ∂L/∂P = ∂L/∂A ⊙ keep / (1 - p)
+        if g_weights is not None:
+            row = (g_p * p).sum(dim=-1, keepdim=True)
+        g_s = g_p.sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P)); 0 where masked (P = 0)
+        g_query = (g_s @ key).mul_(ctx.scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
+        g_key = g_s.transpose(-2, -1) @ q  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale)   (..., T_k, d_k)
+        shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
+        return (g_query.sum_to_size(shape_q), g_key.sum_to_size(shape_k), g_value.sum_to_size(shape_v),
+                None, None, None, None)
 
 
 def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
