@@ -24,15 +24,17 @@ class _TanhGELU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        s = (x * x).mul_(_GELU_C).add_(1.0).mul_(x).mul_(2.0 * _SQRT_2_OVER_PI).sigmoid_()  # s = σ(2u)
+        a = 2.0 * _SQRT_2_OVER_PI  # 2u = x (a + a c x²)
+        s = torch.addcmul(x.new_tensor(a), x, x, value=a * _GELU_C).mul_(x).sigmoid_()  # s = σ(2u)
         ctx.save_for_backward(x, s)
         return x * s  # x σ(2u)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> torch.Tensor:
         x, s = ctx.saved_tensors
-        du2 = (x * x).mul_(6.0 * _GELU_C * _SQRT_2_OVER_PI).add_(2.0 * _SQRT_2_OVER_PI)  # 2u′ = 2√(2/π)(1 + 3c x²)
-        d = (1.0 - s).mul_(s).mul_(du2).mul_(x).add_(s)  # σ + x σ(1 − σ) 2u′
+        a = 2.0 * _SQRT_2_OVER_PI
+        d = torch.addcmul(x.new_tensor(a), x, x, value=3.0 * a * _GELU_C).mul_(x)  # x 2u′ = x a(1 + 3c x²)
+        d = d.mul_(torch.addcmul(s, s, s, value=-1.0)).add_(s)  # σ + x 2u′ σ(1 − σ)
         return d.mul_(g)
 
 
