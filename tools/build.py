@@ -23,10 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 JB = [str(Path(sys.executable).parent / "jupyter-book")]
 
 
-def execution_reports(html_dir: Path) -> list[str]:
-    """One readable paragraph per page that failed to execute: the page, the failing cell and the error."""
+def execution_reports(html_dir: Path, since: float = 0.0) -> list[str]:
+    """One readable paragraph per page that failed to execute (in a report written after ``since``, a time
+    stamp, so that reports left by earlier builds do not count): the page, the failing cell and the error."""
     out = []
     for log in sorted((html_dir / "reports").rglob("*.err.log")):
+        if log.stat().st_mtime < since:
+            continue
         page = log.relative_to(html_dir / "reports").as_posix().removesuffix(".err.log")
         text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))
         cell = re.search(r"^-{5,}\n(.*?)^-{5,}\n", text, re.S | re.M)
@@ -39,7 +42,7 @@ def execution_reports(html_dir: Path) -> list[str]:
 
 
 def run(root: Path, extra: list[str], html_dir: Path) -> int:
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.time()
     proc = subprocess.run([*JB, "build", str(root), "-W", "-n", "--keep-going", *extra], cwd=root,
                           capture_output=True, text=True)
     log = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
@@ -51,7 +54,7 @@ def run(root: Path, extra: list[str], html_dir: Path) -> int:
                 and "IPKernelApp" not in ln]
     for w in warnings:
         print(w)
-    reports = execution_reports(html_dir)
+    reports = execution_reports(html_dir, since=started)
     for r in reports:
         print("\n" + r)
     if proc.returncode and not warnings and not reports:
