@@ -1,11 +1,26 @@
 """Shared test helpers: the repository root and seeded random generators."""
 
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))  # the build tools are tested too
+
+NOTEBOOK_HEADER = """---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+"""
+"""The front matter that makes a MyST-Markdown page a notebook (jupytext)."""
 
 
 @pytest.fixture

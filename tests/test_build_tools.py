@@ -5,26 +5,12 @@
 * a page whose code raises fails the build with a report naming the page and the cell (tools/build.py).
 """
 
-import sys
 
-import pytest
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "tools"))
 import build
+import pytest
+from conftest import NOTEBOOK_HEADER as HEADER
+from conftest import ROOT
 from lab_cache import package_hash
-
-HEADER = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-"""
 
 
 def make_book(tmp_path, page_code: str):

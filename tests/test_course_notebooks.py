@@ -1,26 +1,13 @@
 """Student and instructor notebooks: solutions removed (and only those), and the student ones still run."""
 
-import sys
 
 import jupytext
 import pytest
-from conftest import ROOT
+from conftest import NOTEBOOK_HEADER, ROOT
+from course_notebooks import chapter_pages, instructor_notebook, student_notebook
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(ROOT / "tools"))
-from course_notebooks import chapter_pages, instructor_notebook, student_notebook
-
-CHAPTER = """---
-jupytext:
-  text_representation:
-    extension: .md
-    format_name: myst
-kernelspec:
-  display_name: Python 3
-  language: python
-  name: python3
----
-
+CHAPTER = NOTEBOOK_HEADER + """
 # A chapter
 
 ```{exercise}
