@@ -13,10 +13,12 @@ from conftest import ROOT
 from lab_cache import package_hash
 
 
-def make_book(tmp_path, page_code: str):
+def make_book(tmp_path, page_code: str, repository: str = ""):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "_config.yml").write_text(
         "title: tiny\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: cache\n"
-        f"sphinx:\n  local_extensions:\n    lab_cache: {ROOT / 'tools'}\n")
+        f"launch_buttons:\n  binderhub_url: https://mybinder.org\nrepository:\n  url: '{repository}'\n"
+        f"sphinx:\n  local_extensions:\n    lab_cache: {ROOT / 'tools'}\n    launch_buttons: {ROOT / 'tools'}\n")
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: index\nchapters:\n  - file: page\n")
     (tmp_path / "index.md").write_text("# Tiny\n")
     (tmp_path / "page.md").write_text(HEADER + "# A page\n\n```{code-cell} ipython3\n" + page_code + "\n```\n")
@@ -58,3 +60,14 @@ def test_a_raising_page_names_page_and_cell(tmp_path, capsys):
     assert "raise RuntimeError('the chapter is broken')" in out  # the cell
     assert "RuntimeError: the chapter is broken" in out  # the error
     assert "FAILED" in out
+
+
+@pytest.mark.timeout(300)
+def test_launch_buttons_only_with_a_repository_url(tmp_path, capsys):
+    without = make_book(tmp_path / "a", "print(1)")
+    built(without, capsys)
+    assert "mybinder.org" not in (without / "_build" / "html" / "page.html").read_text()
+    with_url = make_book(tmp_path / "b", "print(1)", repository="https://github.com/org/transformer-math-lab")
+    built(with_url, capsys)
+    page = (with_url / "_build" / "html" / "page.html").read_text()
+    assert "https://mybinder.org/v2/gh/org/transformer-math-lab/" in page
