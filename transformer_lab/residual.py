@@ -40,30 +40,27 @@ def _check_input(cls: str, d_model: int, x) -> None:
         raise ValueError(f"{cls}({d_model}): expected x of shape (..., {d_model}), got {shape}")
 
 
-class PreLNResidual(nn.Module):
-    """``x + sublayer(LN(x))`` for ``x`` (..., d_model): the GPT-2 / capstone arrangement."""
+class _Residual(nn.Module):
+    """A residual connection around ``sublayer`` with one LayerNorm; subclasses place the LayerNorm."""
 
     def __init__(self, d_model: int, sublayer: Callable[[torch.Tensor], torch.Tensor], *, eps: float = 1e-5):
         super().__init__()
-        _check_sublayer("PreLNResidual", d_model, sublayer)
+        _check_sublayer(type(self).__name__, d_model, sublayer)
         self.d_model = d_model
         self.ln = LayerNorm(d_model, eps=eps)
         self.sublayer = sublayer
+
+
+class PreLNResidual(_Residual):
+    """``x + sublayer(LN(x))`` for ``x`` (..., d_model): the GPT-2 / capstone arrangement."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input("PreLNResidual", self.d_model, x)
         return x + self.sublayer(self.ln(x))  # x_{l+1} = x_l + F(LN(x_l))   (..., C)
 
 
-class PostLNResidual(nn.Module):
+class PostLNResidual(_Residual):
     """``LN(x + sublayer(x))`` for ``x`` (..., d_model): the original Transformer's arrangement."""
-
-    def __init__(self, d_model: int, sublayer: Callable[[torch.Tensor], torch.Tensor], *, eps: float = 1e-5):
-        super().__init__()
-        _check_sublayer("PostLNResidual", d_model, sublayer)
-        self.d_model = d_model
-        self.ln = LayerNorm(d_model, eps=eps)
-        self.sublayer = sublayer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_input("PostLNResidual", self.d_model, x)
