@@ -23,6 +23,22 @@ def _shape(x) -> str:
     return str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
+def _broadcast(*shapes) -> tuple[int, ...] | None:
+    """The shape that ``shapes`` broadcast to (NumPy's rules), or None if they do not.
+
+    Plain Python on tuples: ``torch.broadcast_shapes`` does the same in many more steps, and the capstone asks
+    this once per layer and step.
+    """
+    n = max(len(s) for s in shapes)
+    out = []
+    for dims in zip(*((1,) * (n - len(s)) + tuple(s) for s in shapes), strict=True):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
     """``mask`` must be a bool tensor that broadcasts to ``scores_shape`` = (..., T_q, T_k)."""
     want = "(..., T_q, T_k) = " + str(tuple(scores_shape))
@@ -30,11 +46,7 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
         raise ValueError(f"mask must be a bool tensor broadcastable to {want}, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must have dtype torch.bool (True = may attend), got {mask.dtype}")
-    try:
-        ok = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-    except RuntimeError:
-        ok = False
-    if not ok:
+    if _broadcast(mask.shape, scores_shape) != tuple(scores_shape):
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {want}")
 
 
@@ -58,11 +70,10 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key (..., T_k, d_k) and value (..., T_k, d_v) must share T_k: "
                          f"got key {_shape(key)} and value {_shape(value)}")
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    batch = _broadcast(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if batch is None:
         raise ValueError(f"the leading (batch, head) dims of query {_shape(query)}, key {_shape(key)} and "
-                         f"value {_shape(value)} do not broadcast") from None
+                         f"value {_shape(value)} do not broadcast")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     d_k = query.shape[-1]
@@ -70,6 +81,9 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     if mask is not None:
         _check_mask(mask, torch.Size((*batch, query.shape[-2], key.shape[-2])))
     return _Attention.apply(query, key, value, mask, scale, dropout, generator)  # (out, weights)
+
+
+_LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)  # log₂e = 1 / ln 2
 
 
 class _Attention(torch.autograd.Function):
@@ -83,25 +97,24 @@ class _Attention(torch.autograd.Function):
               ∂L/∂Q = scale · ∂L/∂S K,   ∂L/∂K = ∂L/∂Sᵀ (Q·scale).
     rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O) when only O is used: a (T_q, d_v) product instead of a (T_q, T_k) one.
     Softmax and masking work in place on S, so the step keeps one (T_q, T_k) buffer instead of five.
+    The exponential is taken in base 2, e^x = 2^(x log₂e), with log₂e folded into the scaling of Q (as
+    FlashAttention does): the same softmax, and ``exp2`` is about four times faster than ``exp`` on a CPU.
     """
 
     @staticmethod
     def forward(ctx, query, key, value, mask, scale, dropout, generator):
-        # Q / √d_k (scaling Q is cheaper than scaling S), K and V made contiguous once, for all six products
-        q = torch.mul(query, scale, out=query.new_empty(query.shape))  # (..., T_q, d_k)
+        # Q log₂e / √d_k (scaling Q is cheaper than scaling S), K and V made contiguous once, for all six products
+        q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # (..., T_q, d_k)
         key, value = key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
-        scores = q @ key.transpose(-2, -1)  # S = (Q / √d_k) Kᵀ   (..., T_q, T_k)
+        scores = q @ key.transpose(-2, -1)  # S log₂e = (Q log₂e / √d_k) Kᵀ: the scores in base-2 units  (..., T_q, T_k)
         if mask is not None:  # S_ij = -inf where j may not be attended, as an additive 0 / -inf matrix
             scores = scores + torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(
                 ~mask, float("-inf"))
         p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
-        if mask is not None:  # e^z for z < -87 is 0 or subnormal in float32 and slow on a CPU, so clamp there
-            p = p.clamp_min_(-87.0).exp_().mul_(mask)  # ... and zero the masked entries exactly (e^-87 ≈ 1e-38)
-        else:
-            p = p.exp_()
+        p = p.exp2_()  # e^(S - max S) = 2^((S - max S) log₂e); exactly 0 where masked (2^-inf)
         p = p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1   (..., T_q, T_k)
         if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
-            p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0)
+            p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0 = NaN)
         weights, keep = p, None
         if dropout > 0.0:
             keep = torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device) >= dropout
@@ -131,7 +144,7 @@ class _Attention(torch.autograd.Function):
             row = (g_p * p).sum(dim=-1, keepdim=True)
         g_s = g_p.sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P)); 0 where masked (P = 0)
         g_query = (g_s @ key).mul_(ctx.scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
-        g_key = g_s.transpose(-2, -1) @ q  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale)   (..., T_k, d_k)
+        g_key = (g_s.transpose(-2, -1) @ q).mul_(_LN2)  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale), and q = Q·scale·log₂e
         shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
         return (g_query.sum_to_size(shape_q), g_key.sum_to_size(shape_k), g_value.sum_to_size(shape_v),
                 None, None, None, None)
@@ -204,16 +217,15 @@ class MultiHeadAttention(nn.Module):
                              f"{_shape(key)}, {_shape(value)}")
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must share T_k: got key {_shape(key)}, value {_shape(value)}")
-        B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
-        if mask is not None:
-            if isinstance(mask, torch.Tensor) and mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same mask for every head
-            _check_mask(mask, torch.Size((B, self.n_head, T_q, T_k)))
-        if query is key and key is value:  # self-attention: one product for Q, K and V
-            q, k, v = self.in_proj(query).split(C, dim=-1)  # [Q K V] = X [W_Qᵀ W_Kᵀ W_Vᵀ]   3 × (B, T, C)
+        B, T_q = query.shape[:2]
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same mask for every head
+        if query is key and key is value:  # self-attention: one product for Q, K and V, [Q K V] = X [W_Qᵀ W_Kᵀ W_Vᵀ]
+            qkv = self.in_proj(query).view(B, T_q, 3, self.n_head, self.d_k)  # (B, T, 3, h, d_k)
+            # unbind + transpose = split + split_heads, and autograd gathers the three gradients with one copy
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, h, T, d_k)
         else:
-            q, k, v = self._project(query, 0), self._project(key, 1), self._project(value, 2)
-        q, k, v = (split_heads(t, self.n_head) for t in (q, k, v))  # (B, h, T, d_k)
+            q, k, v = (split_heads(self._project(t, i), self.n_head) for i, t in enumerate((query, key, value)))
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p)  # (B, h, T_q, d_k)
         out = self.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)

@@ -106,9 +106,10 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     V = logits.shape[-1]
     keep = targets != ignore_index  # (N,) or (B, T)
-    if ((targets[keep] < 0) | (targets[keep] >= V)).any():
-        bad = targets[keep][(targets[keep] < 0) | (targets[keep] >= V)][0].item()
-        raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found {bad}")
+    bad = keep & ((targets < 0) | (targets >= V))
+    if bad.any():
+        raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found "
+                         f"{targets[bad][0].item()}")
     safe = torch.where(keep, targets, torch.zeros_like(targets))  # any valid id; masked out below
     logp = _log_softmax(logits)  # (..., V)
     nll = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # L_t = -log p_t(y_t)   (N,) or (B, T)

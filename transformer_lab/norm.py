@@ -37,10 +37,13 @@ class _LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        xf = x.float() if x.dtype in _LOW_PRECISION else x  # reduce in float32, never in 16 bits
+        low = x.dtype in _LOW_PRECISION  # reduce in float32, never in 16 bits
+        xf = x.float() if low else x
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias))  # for the gradients
-        weight = None if weight is None else weight.to(xf.dtype)  # gamma (C,) in the compute dtype
-        bias_c = None if bias is None else bias.to(xf.dtype)  # beta (C,)
+        if weight is not None and weight.dtype != xf.dtype:
+            weight = weight.to(xf.dtype)  # gamma (C,) in the compute dtype
+        if bias is not None and bias.dtype != xf.dtype:
+            bias = bias.to(xf.dtype)  # beta (C,)
         mean = xf.mean(-1, keepdim=True)  # mu = (1/C) sum_i x_i                        (..., 1)
         xc = xf - mean  # x - mu                                                       (..., C)
         buf = torch.mul(xc, xc)  # (x - mu)^2, a buffer reused for the output            (..., C)
@@ -48,27 +51,28 @@ class _LayerNormFunction(torch.autograd.Function):
         rstd = var.add_(eps).rsqrt_()  # 1 / sqrt(sigma^2 + eps)                       (..., 1)
         xhat = xc.mul_(rstd)  # \hat x = (x - mu) / sqrt(sigma^2 + eps)                  (..., C)
         if weight is not None and bias is not None:
-            y = torch.addcmul(bias_c, xhat, weight, out=buf)  # y = gamma * \hat x + beta
+            y = torch.addcmul(bias, xhat, weight, out=buf)  # y = gamma * \hat x + beta
         elif weight is not None:
             y = torch.mul(xhat, weight, out=buf)  # y = gamma * \hat x
         elif bias is not None:
-            y = torch.add(xhat, bias_c, out=buf)  # y = \hat x + beta
+            y = torch.add(xhat, bias, out=buf)  # y = \hat x + beta
         else:
             y = buf.copy_(xhat)
         ctx.save_for_backward(xhat, rstd, weight)
-        return y.to(x.dtype)
+        return y.to(x.dtype) if low else y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, gy):
         xhat, rstd, weight = ctx.saved_tensors
         C = xhat.shape[-1]
-        gy = gy.to(xhat.dtype)  # (..., C)
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        low = x_dtype in _LOW_PRECISION
+        gy = gy.float() if low else gy  # (..., C)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         buf = torch.mul(gy, xhat)  # gy * \hat x, one full-size buffer for everything below   (..., C)
-        x_dtype, w_dtype, b_dtype = ctx.dtypes
-        gw = buf.reshape(-1, C).sum(0).to(w_dtype) if need_w else None  # dL/dgamma = sum over tokens
-        gb = gy.reshape(-1, C).sum(0).to(b_dtype) if need_b else None  # dL/dbeta = sum over tokens
+        gw = buf.reshape(-1, C).sum(0) if need_w else None  # dL/dgamma = sum over tokens
+        gb = gy.reshape(-1, C).sum(0) if need_b else None  # dL/dbeta = sum over tokens
         gx = None
         if need_x:  # with g = dL/d\hat x = gy * gamma:
             if weight is not None:
@@ -79,7 +83,9 @@ class _LayerNormFunction(torch.autograd.Function):
                 s1, s2 = gy.sum(-1, keepdim=True), buf.sum(-1, keepdim=True)
                 g = buf.copy_(gy)
             # dL/dx = (g - mean(g) - \hat x * mean(g * \hat x)) / sqrt(sigma^2 + eps), the means as sums / C
-            gx = g.sub_(s1, alpha=1 / C).addcmul_(xhat, s2, value=-1 / C).mul_(rstd).to(x_dtype)
+            gx = g.sub_(s1, alpha=1 / C).addcmul_(xhat, s2, value=-1 / C).mul_(rstd)
+        if low or {w_dtype, b_dtype} - {None, xhat.dtype}:  # gradients in the dtypes of their inputs
+            gx, gw, gb = (None if t is None else t.to(d) for t, d in ((gx, x_dtype), (gw, w_dtype), (gb, b_dtype)))
         return gx, gw, gb, None
 
 
