@@ -100,6 +100,27 @@ def test_sdpa_causal_mask_and_custom_scale():
     assert torch.equal(w.triu(1), torch.zeros_like(w))  # no weight on the future
 
 
+@pytest.mark.parametrize(("T", "lead"), [(32, (2, 3)), (33, (2, 3)), (64, (1,)), (65, ()), (40, (2, 1))])
+def test_sdpa_causal_fast_path_equals_full_path_and_torch(T, lead):
+    """need_weights=False with a causal mask skips the hidden key block (_CausalAttention): same values, gradients."""
+    from transformer_lab.attention import _is_causal
+
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    assert _is_causal(mask) and not _is_causal(mask[:16, :16]) and not _is_causal(torch.ones(T, T, dtype=torch.bool))
+    q, k, v = (rnd(*lead, T, 8, seed=s, grad=True) for s in (1, 2, 3))
+    g = rnd(*lead, T, 8, seed=4)
+    results = []
+    for need_weights in (False, True):
+        out, w = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, need_weights=need_weights)
+        assert (w is None) is (not need_weights)
+        results.append((out, *torch.autograd.grad(out, (q, k, v), g)))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    results.append((ref, *torch.autograd.grad(ref, (q, k, v), g)))
+    for fast, full, torch_ in zip(*results, strict=True):
+        torch.testing.assert_close(fast, full, **TOL)
+        torch.testing.assert_close(fast, torch_, **TOL)
+
+
 def test_sdpa_huge_scores_are_stable():
     q = rnd(1, 4, 4, seed=1) * 1e4
     k, v = rnd(1, 4, 4, seed=2) * 1e4, rnd(1, 4, 4, seed=3)

@@ -52,13 +52,16 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
 
 def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  mask: torch.Tensor | None = None, scale: float | None = None,
-                                 dropout: float = 0.0, generator: torch.Generator | None = None):
+                                 dropout: float = 0.0, generator: torch.Generator | None = None,
+                                 need_weights: bool = True):
     """``softmax(Q Kᵀ · scale) V`` with an optional boolean mask; returns ``(out, weights)``.
 
     query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), leading dims broadcastable;
     mask bool, broadcastable to (..., T_q, T_k), True = may attend; ``scale`` defaults to ``1/√d_k``.
     out (..., T_q, d_v); weights (..., T_q, T_k), rows summing to 1 (a fully masked row gives weights 0
     and output 0, as PyTorch does). ``dropout`` (training only) zeroes weights with that probability.
+    ``need_weights=False`` returns ``(out, None)`` and lets a causal mask skip the keys it hides
+    (:class:`_CausalAttention`).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
@@ -80,10 +83,71 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     if mask is not None:
         _check_mask(mask, torch.Size((*batch, query.shape[-2], key.shape[-2])))
+    if not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)):
+        out, weights = _attend(query, key, value, mask, scale, dropout, generator)[-2:]  # no autograd bookkeeping
+        return out, (weights if need_weights else None)
+    if not need_weights and dropout == 0.0 and _is_causal(mask):
+        return _CausalAttention.apply(query, key, value, mask, scale), None
     return _Attention.apply(query, key, value, mask, scale, dropout, generator)  # (out, weights)
 
 
+def _is_causal(mask: torch.Tensor | None) -> bool:
+    """Whether ``mask`` (T, T) hides every key of the second half from every query of the first half.
+
+    True for the causal mask (and any other with that block empty, no empty row), from T = 32 on.
+    """
+    if mask is None or mask.dim() != 2 or mask.shape[0] != mask.shape[1] or mask.shape[0] < 32:
+        return False
+    m = mask.shape[0] // 2
+    return not bool(mask[:m, m:].any()) and bool(mask.any(dim=-1).all())
+
+
 _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)  # log₂e = 1 / ln 2
+
+
+def _additive(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+    """The boolean mask as an additive 0 / -inf matrix in ``like``'s dtype (adding is faster than masked_fill)."""
+    if mask is None:
+        return None
+    return torch.zeros(mask.shape, dtype=like.dtype, device=like.device).masked_fill_(~mask, float("-inf"))
+
+
+def _softmax_weights(q: torch.Tensor, key: torch.Tensor, additive: torch.Tensor | None) -> torch.Tensor:
+    """P = softmax(S) with S log₂e = q Kᵀ (+ additive): q (..., T_q, d_k) is Q · scale · log₂e. (..., T_q, T_k)."""
+    scores = q @ key.transpose(-2, -1)  # S log₂e = (Q log₂e / √d_k) Kᵀ: the scores in base-2 units
+    if additive is not None:  # S_ij = -inf where j may not be attended (in place unless the mask has more dims)
+        fits = _broadcast(scores.shape, additive.shape) == tuple(scores.shape)
+        scores = scores.add_(additive) if fits else scores + additive
+    p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
+    p = p.exp2_()  # e^(S - max S) = 2^((S - max S) log₂e); exactly 0 where masked (2^-inf)
+    return p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1
+
+
+def _output_backward(g_out, out, q, key, value, p, scale):
+    """∂L/∂(Q, K, V) of O = P V, P = softmax(S), from G = ∂L/∂O alone (the weights not used)."""
+    g_value = p.transpose(-2, -1) @ g_out  # ∂L/∂V = Pᵀ G   (..., T_k, d_v)
+    row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (..., T_q, 1)
+    g_s = (g_out @ value.transpose(-2, -1)).sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (G Vᵀ - rowsum)   (..., T_q, T_k)
+    g_query = (g_s @ key).mul_(scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
+    g_key = (g_s.transpose(-2, -1) @ q).mul_(_LN2)  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale), and q = Q·scale·log₂e
+    return g_query, g_key, g_value
+
+
+def _attend(query, key, value, mask, scale, dropout, generator):
+    """The forward pass of :class:`_Attention`: ``(q, key, value, p, keep, out, weights)``, what its backward needs."""
+    # Q log₂e / √d_k (scaling Q is cheaper than scaling S), K and V made contiguous once, for all six products
+    q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # (..., T_q, d_k)
+    key, value = key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
+    p = _softmax_weights(q, key, _additive(mask, q))  # P = softmax(S)   (..., T_q, T_k)
+    if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
+        p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0 = NaN)
+    weights, keep = p, None
+    if dropout > 0.0:
+        keep = torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device) >= dropout
+        keep = keep.to(p.dtype).div_(1.0 - dropout)  # inverted dropout: E[A] = P
+        weights = p * keep
+    out = weights @ value  # O = A V   (..., T_q, d_v)
+    return q, key, value, p, keep, out, weights
 
 
 class _Attention(torch.autograd.Function):
@@ -103,25 +167,8 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, mask, scale, dropout, generator):
-        # Q log₂e / √d_k (scaling Q is cheaper than scaling S), K and V made contiguous once, for all six products
-        q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # (..., T_q, d_k)
-        key, value = key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
-        scores = q @ key.transpose(-2, -1)  # S log₂e = (Q log₂e / √d_k) Kᵀ: the scores in base-2 units  (..., T_q, T_k)
-        if mask is not None:  # S_ij = -inf where j may not be attended, as an additive 0 / -inf matrix
-            scores = scores + torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill_(
-                ~mask, float("-inf"))
-        p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
-        p = p.exp2_()  # e^(S - max S) = 2^((S - max S) log₂e); exactly 0 where masked (2^-inf)
-        p = p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1   (..., T_q, T_k)
-        if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
-            p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0 = NaN)
-        weights, keep = p, None
-        if dropout > 0.0:
-            keep = torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device) >= dropout
-            keep = keep.to(p.dtype).div_(1.0 - dropout)  # inverted dropout: E[A] = P
-            weights = p * keep
-        out = weights @ value  # O = A V   (..., T_q, d_v)
-        ctx.save_for_backward(q, key, value, p, keep, out)
+        q, key_c, value_c, p, keep, out, weights = _attend(query, key, value, mask, scale, dropout, generator)
+        ctx.save_for_backward(q, key_c, value_c, p, keep, out)
         ctx.scale, ctx.shapes = scale, (query.shape, key.shape, value.shape)
         ctx.set_materialize_grads(False)  # g_weights stays None when the weights are not used
         return out, weights
@@ -148,6 +195,44 @@ class _Attention(torch.autograd.Function):
         shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
         return (g_query.sum_to_size(shape_q), g_key.sum_to_size(shape_k), g_value.sum_to_size(shape_v),
                 None, None, None, None)
+
+
+class _CausalAttention(torch.autograd.Function):
+    """:class:`_Attention` for a causal mask, without dropout and without returning the weights: the same numbers.
+
+    Queries 0 … m-1 (m = T/2) may see only keys 0 … m-1, so their scores are computed against those keys alone,
+    and queries m … T-1 against all T keys: a quarter of the (T, T) score matrix, all of it masked, is never
+    computed, in the forward pass or the backward. (PyTorch's fused CPU kernel skips such blocks too.)
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, mask, scale):
+        m = query.shape[-2] // 2
+        q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # Q log₂e / √d_k   (..., T, d_k)
+        key, value = key.contiguous(), value.contiguous()
+        additive = _additive(mask, q)  # (T, T)
+        p1 = _softmax_weights(q[..., :m, :], key[..., :m, :], additive[:m, :m])  # first half   (..., m, m)
+        p2 = _softmax_weights(q[..., m:, :], key, additive[m:])  # second half, every key   (..., T - m, T)
+        out = torch.cat((p1 @ value[..., :m, :], p2 @ value), dim=-2)  # O = P V   (..., T, d_v)
+        ctx.save_for_backward(q, key, value, p1, p2, out)
+        ctx.scale, ctx.shapes = scale, (query.shape, key.shape, value.shape)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_out):
+        q, key, value, p1, p2, out = ctx.saved_tensors
+        m = p1.shape[-1]
+        g_out = g_out.contiguous()
+        first = (g_out[..., :m, :], out[..., :m, :], q[..., :m, :], key[..., :m, :], value[..., :m, :], p1)
+        g_q1, g_k1, g_v1 = _output_backward(*first, ctx.scale)
+        g_q2, g_key, g_value = _output_backward(g_out[..., m:, :], out[..., m:, :], q[..., m:, :], key, value, p2,
+                                                ctx.scale)
+        g_key[..., :m, :] += g_k1  # the first m keys serve both halves of the queries
+        g_value[..., :m, :] += g_v1
+        shape_q, shape_k, shape_v = ctx.shapes
+        return (torch.cat((g_q1, g_q2), dim=-2).sum_to_size(shape_q), g_key.sum_to_size(shape_k),
+                g_value.sum_to_size(shape_v), None, None)
 
 
 def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -227,7 +312,8 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = (split_heads(self._project(t, i), self.n_head) for i, t in enumerate((query, key, value)))
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p)  # (B, h, T_q, d_k)
+        out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p,
+                                                    need_weights=need_weights)  # (B, h, T_q, d_k)
         out = self.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
         return (out, weights) if need_weights else out
 

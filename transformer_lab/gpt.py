@@ -22,7 +22,6 @@ from transformer_lab.attention import (
     MultiHeadAttention,
     merge_heads,
     scaled_dot_product_attention,
-    split_heads,
     tie_weights,
 )
 from transformer_lab.mlp import MLP
@@ -87,8 +86,9 @@ class Block(nn.Module):
         c = self.config
         if cache is None and c.positions != "rope":  # the plain case: chapter 1's module as it is
             return self.attn(query=h, key=h, value=h, mask=mask, need_weights=need_weights)
-        q, k, v = self.attn.in_proj(h).split(c.d_model, dim=-1)  # [Q K V] = h [W_Q W_K W_V]ᵀ  3 × (B, T, C)
-        q, k, v = (split_heads(t, c.n_head) for t in (q, k, v))  # (B, h, T, d_k)
+        B, T, _ = h.shape
+        qkv = self.attn.in_proj(h).view(B, T, 3, c.n_head, c.d_model // c.n_head)  # [Q K V] = h [W_Q W_K W_V]ᵀ
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # split_heads of each: (B, h, T, d_k)
         if c.positions == "rope":
             q, k = apply_rope(q, positions), apply_rope(k, positions)  # rotate pair i by m·ω_i
         if cache is not None:
@@ -96,7 +96,8 @@ class Block(nn.Module):
                 k, v = torch.cat((cache[0], k), dim=-2), torch.cat((cache[1], v), dim=-2)  # (B, h, T_k, d_k)
             cache[:] = [k, v]
         p = c.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p)  # (B, h, T, d_k)
+        out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p,
+                                                    need_weights=need_weights)  # (B, h, T, d_k)
         out = self.attn.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T, C)
         return (out, weights) if need_weights else out
 
@@ -159,7 +160,7 @@ class GPT(nn.Module):
         positions = torch.arange(start, start + T)  # (T,) absolute positions of the new tokens
         x = self.tok_emb(idx)  # (B, T, C)
         if c.positions == "learned":
-            x = x + self.pos_emb(positions)  # x_t = E[idx_t] + P[t]
+            x = x + self.pos_emb.weight[start:start + T]  # x_t = E[idx_t] + P[t]: rows start … start + T - 1 of P
         elif c.positions == "sinusoidal":
             x = x + sinusoidal_encoding(start + T, c.d_model, dtype=x.dtype)[start:]  # x_t = E[idx_t] + PE(t)
         x = dropout(x, c.dropout, training=self.training)

@@ -14,6 +14,12 @@ from transformer_lab.backprop import _GELU_C, _SQRT_2_OVER_PI, gelu, gelu_backwa
 from transformer_lab.regularization import dropout, dropout_mask
 
 
+def _sigmoid_2u(x: torch.Tensor) -> torch.Tensor:
+    """σ(2u) with 2u = 2√(2/π)(x + c x³) = x (a + a c x²): GELU's tanh form is x σ(2u)."""
+    a = 2.0 * _SQRT_2_OVER_PI
+    return torch.addcmul(x.new_tensor(a), x, x, value=a * _GELU_C).mul_(x).sigmoid_()
+
+
 class _TanhGELU(torch.autograd.Function):
     """``gelu(x, "tanh")`` and its derivative, written with ½(1 + tanh u) = σ(2u) (one sigmoid, no tanh).
 
@@ -24,8 +30,7 @@ class _TanhGELU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        a = 2.0 * _SQRT_2_OVER_PI  # 2u = x (a + a c x²)
-        s = torch.addcmul(x.new_tensor(a), x, x, value=a * _GELU_C).mul_(x).sigmoid_()  # s = σ(2u)
+        s = _sigmoid_2u(x)
         ctx.save_for_backward(x, s)
         return x * s  # x σ(2u)
 
@@ -62,7 +67,10 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
         self._check(x)
         h = self.fc(x)  # (..., 4C)  h = x W₁ᵀ + b₁
-        a = _TanhGELU.apply(h) if self.approximate == "tanh" else gelu(h, self.approximate)  # (..., 4C)  a = GELU(h)
+        if self.approximate == "tanh":  # (..., 4C)  a = GELU(h); without autograd when nothing needs a gradient
+            a = _TanhGELU.apply(h) if h.requires_grad else h * _sigmoid_2u(h)
+        else:
+            a = gelu(h, self.approximate)
         y = self.proj(a)  # (..., C)  y = a W₂ᵀ + b₂
         return dropout(y, self.p, training=self.training, generator=generator)
 

@@ -32,34 +32,40 @@ def _check_param(name: str, p: torch.Tensor | None, x: torch.Tensor) -> None:
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def _normalize(x, weight, bias, eps):
+    """The forward formulas: ``(y, xhat, rstd, weight)``, the last three in the compute dtype for the backward."""
+    low = x.dtype in _LOW_PRECISION  # reduce in float32, never in 16 bits
+    xf = x.float() if low else x
+    if weight is not None and weight.dtype != xf.dtype:
+        weight = weight.to(xf.dtype)  # gamma (C,) in the compute dtype
+    if bias is not None and bias.dtype != xf.dtype:
+        bias = bias.to(xf.dtype)  # beta (C,)
+    mean = xf.mean(-1, keepdim=True)  # mu = (1/C) sum_i x_i                        (..., 1)
+    xc = xf - mean  # x - mu                                                       (..., C)
+    buf = torch.mul(xc, xc)  # (x - mu)^2, a buffer reused for the output            (..., C)
+    var = buf.mean(-1, keepdim=True)  # sigma^2 = (1/C) sum_i (x_i - mu)^2: two passes, no cancellation
+    rstd = var.add_(eps).rsqrt_()  # 1 / sqrt(sigma^2 + eps)                       (..., 1)
+    xhat = xc.mul_(rstd)  # \hat x = (x - mu) / sqrt(sigma^2 + eps)                  (..., C)
+    if weight is not None and bias is not None:
+        y = torch.addcmul(bias, xhat, weight, out=buf)  # y = gamma * \hat x + beta
+    elif weight is not None:
+        y = torch.mul(xhat, weight, out=buf)  # y = gamma * \hat x
+    elif bias is not None:
+        y = torch.add(xhat, bias, out=buf)  # y = \hat x + beta
+    else:
+        y = buf.copy_(xhat)
+    return (y.to(x.dtype) if low else y), xhat, rstd, weight
+
+
 class _LayerNormFunction(torch.autograd.Function):
     """Forward and backward of LayerNorm by the formulas of chapter 7 (statistics in float32 for 16-bit x)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        low = x.dtype in _LOW_PRECISION  # reduce in float32, never in 16 bits
-        xf = x.float() if low else x
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias))  # for the gradients
-        if weight is not None and weight.dtype != xf.dtype:
-            weight = weight.to(xf.dtype)  # gamma (C,) in the compute dtype
-        if bias is not None and bias.dtype != xf.dtype:
-            bias = bias.to(xf.dtype)  # beta (C,)
-        mean = xf.mean(-1, keepdim=True)  # mu = (1/C) sum_i x_i                        (..., 1)
-        xc = xf - mean  # x - mu                                                       (..., C)
-        buf = torch.mul(xc, xc)  # (x - mu)^2, a buffer reused for the output            (..., C)
-        var = buf.mean(-1, keepdim=True)  # sigma^2 = (1/C) sum_i (x_i - mu)^2: two passes, no cancellation
-        rstd = var.add_(eps).rsqrt_()  # 1 / sqrt(sigma^2 + eps)                       (..., 1)
-        xhat = xc.mul_(rstd)  # \hat x = (x - mu) / sqrt(sigma^2 + eps)                  (..., C)
-        if weight is not None and bias is not None:
-            y = torch.addcmul(bias, xhat, weight, out=buf)  # y = gamma * \hat x + beta
-        elif weight is not None:
-            y = torch.mul(xhat, weight, out=buf)  # y = gamma * \hat x
-        elif bias is not None:
-            y = torch.add(xhat, bias, out=buf)  # y = \hat x + beta
-        else:
-            y = buf.copy_(xhat)
+        y, xhat, rstd, weight = _normalize(x, weight, bias, eps)
         ctx.save_for_backward(xhat, rstd, weight)
-        return y.to(x.dtype) if low else y
+        return y
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -110,7 +116,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
         raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
     _check_param("weight", weight, x)
     _check_param("bias", bias, x)
-    return _LayerNormFunction.apply(x, weight, bias, float(eps))
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+        return _LayerNormFunction.apply(x, weight, bias, float(eps))
+    return _normalize(x, weight, bias, float(eps))[0]  # nothing to differentiate: skip autograd's bookkeeping
 
 
 class LayerNorm(nn.Module):
