@@ -40,7 +40,7 @@ def _check_input(cls: str, d_model: int, x) -> None:
         raise ValueError(f"{cls}({d_model}): expected x of shape (..., {d_model}), got {shape}")
 
 
-class _Residual(nn.Module):
+class _LNResidual(nn.Module):
     """A residual connection around ``sublayer`` with one LayerNorm; subclasses place the LayerNorm."""
 
     def __init__(self, d_model: int, sublayer: Callable[[torch.Tensor], torch.Tensor], *, eps: float = 1e-5):
@@ -51,7 +51,7 @@ class _Residual(nn.Module):
         self.sublayer = sublayer
 
 
-class PreLNResidual(_Residual):
+class PreLNResidual(_LNResidual):
     """``x + sublayer(LN(x))`` for ``x`` (..., d_model): the GPT-2 / capstone arrangement."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -59,7 +59,7 @@ class PreLNResidual(_Residual):
         return x + self.sublayer(self.ln(x))  # x_{l+1} = x_l + F(LN(x_l))   (..., C)
 
 
-class PostLNResidual(_Residual):
+class PostLNResidual(_LNResidual):
     """``LN(x + sublayer(x))`` for ``x`` (..., d_model): the original Transformer's arrangement."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
