@@ -353,3 +353,15 @@ def test_rank_of_scores_is_at_most_d_k():
 def test_derivation_check_all_small():
     for name, err in ch1.check(seed=0).items():
         assert err < 1e-12, name
+
+
+def test_sdpa_without_gradients_the_same_values():
+    """With nothing to differentiate, attention runs without its autograd Function: same out and weights."""
+    q, k, v = (rnd(2, 3, 6, 4, seed=s) for s in (1, 2, 3))
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    plain = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask)
+    graph = scaled_dot_product_attention(query=q.requires_grad_(), key=k, value=v, mask=mask)
+    assert plain[0].grad_fn is None and graph[0].grad_fn is not None
+    for a, b in zip(plain, graph, strict=True):
+        torch.testing.assert_close(a, b.detach(), atol=0, rtol=0)
+    assert scaled_dot_product_attention(query=q.detach(), key=k, value=v, mask=mask, need_weights=False)[1] is None

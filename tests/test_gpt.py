@@ -122,3 +122,26 @@ def test_bad_input_and_bad_config():
         model.generate(torch.zeros(1, 1, dtype=torch.long), -1)
     with pytest.raises(ValueError, match="temperature"):
         model.generate(torch.zeros(1, 1, dtype=torch.long), 2, temperature=0.0)
+
+
+def test_training_uses_the_causal_shortcut_and_generation_records_no_graph():
+    """The speed paths stay in use: training attention is _CausalAttention (T >= 32), and a forward under
+    inference_mode builds no autograd graph yet gives the training path's logits."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=40, n_layer=2, n_head=2, d_model=16)).double()
+    idx = torch.randint(0, 11, (2, 40))
+    logits = model(idx)
+    seen, todo, names = set(), [logits.grad_fn], set()
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        names.add(type(f).__name__)
+        todo.extend(g for g, _ in f.next_functions)
+    assert "_CausalAttentionBackward" in names and "_AttentionBackward" not in names
+    assert {"_LayerNormFunctionBackward", "_TanhGELUBackward"} <= names
+    with torch.inference_mode():
+        fast = model(idx)
+    assert fast.grad_fn is None
+    torch.testing.assert_close(fast, logits.detach(), atol=1e-12, rtol=1e-12)

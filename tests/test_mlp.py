@@ -90,3 +90,13 @@ def test_bad_input():
         MLP(6, dropout=1.0)
     with pytest.raises(ValueError, match="positive ints"):
         MLP(0)
+
+
+def test_without_gradients_the_same_values():
+    """Under no_grad the tanh-GELU skips its autograd Function: same numbers as the training path."""
+    mlp, x = make(), torch.randn(4, 6, dtype=D, requires_grad=True)
+    with_graph = mlp(x)
+    with torch.no_grad():
+        without = mlp(x)
+    assert with_graph.grad_fn is not None and without.grad_fn is None
+    torch.testing.assert_close(without, with_graph.detach(), atol=0, rtol=0)

@@ -159,3 +159,14 @@ def test_mixed_parameter_dtype_gradients_have_parameter_dtype():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_without_gradients_the_same_values():
+    """Under no_grad (or for tensors that need no gradient) layer_norm skips its autograd Function: same numbers."""
+    torch.manual_seed(0)
+    x, (w, b) = torch.randn(3, 5, 7, dtype=torch.float64), _params(7)
+    with_graph = layer_norm(x.requires_grad_(), w, b)
+    with torch.no_grad():
+        without = layer_norm(x, w, b)
+    assert with_graph.grad_fn is not None and without.grad_fn is None
+    torch.testing.assert_close(without, with_graph.detach(), atol=0, rtol=0)
