@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from conftest import assert_rejected
 
 from transformer_lab.exercises import ch1, registry
 
@@ -38,9 +39,7 @@ def test_solutions_pass(fn):
 def test_stub_says_not_written():
     def attention(query, key, value, mask=None):
         raise NotImplementedError
-    result = ch1.check_attention(attention)
-    assert not result.passed
-    assert "not written yet" in result.message
+    assert_rejected(ch1.check_attention, attention, "not written yet")
 
 
 @pytest.mark.parametrize(("wrong", "words"), [
@@ -53,10 +52,7 @@ def test_stub_says_not_written():
     (lambda query, key, value: attention(query, key, value), ["unexpected keyword argument 'mask'", "case 3"]),
 ])
 def test_wrong_attention_rejected(wrong, words):
-    result = ch1.check_attention(wrong)
-    assert not result.passed
-    for w in words:
-        assert w in result.message, result.message
+    assert_rejected(ch1.check_attention, wrong, *words)
 
 
 @pytest.mark.parametrize(("wrong", "words"), [
@@ -65,10 +61,7 @@ def test_wrong_attention_rejected(wrong, words):
     (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], -1, n_head).permute(0, 3, 1, 2), ["differs in"]),
 ])
 def test_wrong_split_heads_rejected(wrong, words):
-    result = ch1.check_split_heads(wrong)
-    assert not result.passed
-    for w in words:
-        assert w in result.message, result.message
+    assert_rejected(ch1.check_split_heads, wrong, *words)
 
 
 @pytest.mark.parametrize(("wrong", "words"), [
@@ -78,7 +71,4 @@ def test_wrong_split_heads_rejected(wrong, words):
      ["shape"]),  # multiplies by the wrong matrix
 ])
 def test_wrong_embed_rejected(wrong, words):
-    result = ch1.check_one_hot_embed(wrong)
-    assert not result.passed
-    for w in words:
-        assert w in result.message, result.message
+    assert_rejected(ch1.check_one_hot_embed, wrong, *words)

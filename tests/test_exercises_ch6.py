@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from conftest import assert_rejected
 
 from transformer_lab.exercises import ch6, registry
 
@@ -66,10 +67,7 @@ def test_sinusoidal_rejects_wrong():
         return torch.cat((pe[:, 0::2], pe[:, 1::2]), dim=1)
 
     for wrong in (swapped, exponent_i_over_d, blocks):
-        r = ch6.check_sinusoidal(wrong)
-        assert not r.passed, wrong.__name__
-        assert "differs" in r.message
-        assert "worst at" in r.message
+        assert_rejected(ch6.check_sinusoidal, wrong, "differs", "worst at")
     r = ch6.check_sinusoidal(lambda n_pos, d_model: sinusoidal(n_pos, d_model)[:, :-1])
     assert "shape" in r.message
 
@@ -81,20 +79,14 @@ def test_rotation_rejects_wrong():
     def no_frequencies(k, d_model):
         return rotation_for_offset(k, 2).repeat(1, 1).kron(torch.eye(d_model // 2, dtype=torch.float64))
 
-    r = ch6.check_rotation_for_offset(transposed)
-    assert not r.passed
-    assert "differs" in r.message
-    r = ch6.check_rotation_for_offset(no_frequencies)
-    assert not r.passed
-    assert "case 2" in r.message  # d_model = 2 has only ω_0 = 1: case 1 passes
+    assert_rejected(ch6.check_rotation_for_offset, transposed, "differs")
+    # d_model = 2 has only ω_0 = 1: case 1 passes
+    assert_rejected(ch6.check_rotation_for_offset, no_frequencies, "case 2")
 
 
 def test_rope_rejects_wrong():
-    r = ch6.check_rope(lambda x: rope(x, sign=-1.0))
-    assert not r.passed
-    assert "differs" in r.message
-    r = ch6.check_rope(lambda x: rope(x, start=1))
-    assert not r.passed
+    assert_rejected(ch6.check_rope, lambda x: rope(x, sign=-1.0), "differs")
+    assert_rejected(ch6.check_rope, lambda x: rope(x, start=1))
 
     def half_split(x):  # GPT-NeoX layout: pairs (i, i + d/2) instead of (2i, 2i+1)
         d = x.shape[-1]
@@ -103,19 +95,11 @@ def test_rope_rejects_wrong():
         out[:, perm] = rope(x[:, perm])
         return out
 
-    r = ch6.check_rope(half_split)
-    assert not r.passed
-    assert "case 2" in r.message  # with d = 2 both layouts agree
+    assert_rejected(ch6.check_rope, half_split, "case 2")  # with d = 2 both layouts agree
 
 
 def test_kv_mask_rejects_wrong():
-    r = ch6.check_kv_causal_mask(lambda T, T_k: torch.ones(T, T_k, dtype=torch.bool).tril())
-    assert not r.passed
-    assert "case 2" in r.message
-    assert "entries" in r.message
-    r = ch6.check_kv_causal_mask(lambda T, T_k: kv_causal_mask(T, T_k).float())
-    assert not r.passed
-    assert "bool" in r.message
-    r = ch6.check_kv_causal_mask(lambda T, T_k: torch.ones(T_k, T_k, dtype=torch.bool).tril())
-    assert not r.passed
-    assert "shape" in r.message
+    assert_rejected(ch6.check_kv_causal_mask, lambda T, T_k: torch.ones(T, T_k, dtype=torch.bool).tril(),
+                    "case 2", "entries")
+    assert_rejected(ch6.check_kv_causal_mask, lambda T, T_k: kv_causal_mask(T, T_k).float(), "bool")
+    assert_rejected(ch6.check_kv_causal_mask, lambda T, T_k: torch.ones(T_k, T_k, dtype=torch.bool).tril(), "shape")
