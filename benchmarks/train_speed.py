@@ -4,7 +4,10 @@ Both models train on the same batches; timing alternates between them in short r
 machine slows both alike, and the ratio (ours / reference tokens per second) is what we quote. Also reports
 the share of the machine's measured matmul peak (FLOP/s) that our training step uses.
 
-    python benchmarks/train_speed.py [--steps 30] [--rounds 5]
+    python benchmarks/train_speed.py [--steps 30] [--rounds 5] [--threads N] [--cpu-time] [--compile]
+
+``--compile`` runs both models through ``torch.compile`` (the warm-up, which includes compiling, is timed and
+printed) to see whether fusing the operations closes the gap.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--block-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time instead of wall time")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both models first")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -56,10 +60,15 @@ def main(argv=None) -> dict:
     corpus = load_corpus()
     ours, ref = recipe_models(corpus.tokenizer.vocab_size, block_size=args.block_size)
     stacks = {"ours": (ours, *stack(ours, "ours")), "reference": (ref, *stack(ref, "reference"))}
+    if args.compile:
+        stacks = {k: (torch.compile(m), loss_fn, opt) for k, (m, loss_fn, opt) in stacks.items()}
     times: dict[str, list[float]] = {k: [] for k in stacks}
-    for model, loss_fn, opt in stacks.values():  # warm-up
+    for kind, (model, loss_fn, opt) in stacks.items():  # warm-up (and compilation)
+        t0 = time.perf_counter()
         time_steps(model, loss_fn, opt, corpus.train, steps=5, batch_size=args.batch_size,
                    block_size=args.block_size, generator=torch.Generator().manual_seed(0))
+        if args.compile:
+            print(f"  {kind}: compiled and warmed up in {time.perf_counter() - t0:.1f} s")
     for r in range(args.rounds):
         order = list(stacks) if r % 2 == 0 else list(reversed(stacks))
         for kind in order:
@@ -77,7 +86,7 @@ def main(argv=None) -> dict:
            "matmul_peak_gflops": peak / 1e9,
            "train_gflops": flops / 1e9, "peak_share": flops / peak, "threads": torch.get_num_threads()}
     print(f"training throughput, recipe config (L=4, h=4, C=128, T=64, B=12), {torch.get_num_threads()} threads, "
-          f"{'process CPU' if args.cpu_time else 'wall'} time")
+          f"{'process CPU' if args.cpu_time else 'wall'} time{', both compiled' if args.compile else ''}")
     print(f"  ours      {tps['ours']:10,.0f} tokens/s")
     print(f"  reference {tps['reference']:10,.0f} tokens/s")
     print(f"  ratio ours / reference = {out['ratio']:.2f}x (best rounds); median of the {args.rounds} "

@@ -53,3 +53,12 @@ def test_sample_errors(tmp_path, capsys):
 def test_check_subcommand_is_unchanged():
     args = cli.build_parser().parse_args(["check", "8", "answers.py"])
     assert args.func is cli._check and args.chapter == 8
+
+
+def test_every_listed_benchmark_is_a_script():
+    """``bench`` runs the scripts in benchmarks/ by name: each name it offers must exist there."""
+    from conftest import ROOT
+
+    from transformer_lab.cli import BENCHMARKS
+
+    assert {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"common"} == set(BENCHMARKS)

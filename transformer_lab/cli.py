@@ -132,12 +132,15 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCHMARKS = ("kernels", "train_speed", "generate_speed", "recipe", "profile_step")  # scripts in benchmarks/
+
+
 def _bench(args: argparse.Namespace) -> int:
     import runpy
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "benchmarks"
-    names = ["train_speed", "generate_speed", "recipe"] if args.which == "all" else [args.which]
+    names = BENCHMARKS if args.which == "all" else [args.which]
     for name in names:
         script = root / f"{name}.py"
         if not script.is_file():
@@ -196,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_sample)
 
     p = sub.add_parser("bench", help="run the capstone's benchmarks (ratios measured in one run)")
-    p.add_argument("which", nargs="?", default="all", choices=["all", "train_speed", "generate_speed", "recipe"])
+    p.add_argument("which", nargs="?", default="all", choices=["all", *BENCHMARKS])
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed on to the benchmark script")
     p.set_defaults(func=_bench)
     return parser
