@@ -49,3 +49,13 @@ def test_chapter_opens_with_the_seed_in_both_languages(page):
     head = page.read_text()[:6000]
     assert re.search(r"[\u4e00-\u9fff]{4,}", head), "no Chinese quotation of the seed near the top"
     assert "What the seed gets wrong" in page.read_text()
+
+
+def test_notation_names_code_that_exists():
+    """Every name in the notation page's code column occurs in the package (it once named nanoGPT's `wte`)."""
+    words = set(re.findall(r"\w+", " ".join(p.read_text() for p in (ROOT / "transformer_lab").rglob("*.py"))))
+    page = (ROOT / "book" / "notation.md").read_text()
+    names = [part for row in re.findall(r"^\|[^|\n]*\|([^|\n]*)\|", page, re.M)
+             for code in re.findall(r"`([^`]+)`", row) for part in re.findall(r"[A-Za-z_]\w*", code)]
+    assert len(names) > 20
+    assert not [n for n in names if n not in words]
