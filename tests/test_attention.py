@@ -100,25 +100,38 @@ def test_sdpa_causal_mask_and_custom_scale():
     assert torch.equal(w.triu(1), torch.zeros_like(w))  # no weight on the future
 
 
-@pytest.mark.parametrize(("T", "lead"), [(32, (2, 3)), (33, (2, 3)), (64, (1,)), (65, ()), (40, (2, 1))])
+@pytest.mark.parametrize(("T", "lead"), [(32, (2, 3)), (33, (2, 3)), (64, (1,)), (65, ()), (40, (2, 1)), (8, (2,))])
 def test_sdpa_causal_fast_path_equals_full_path_and_torch(T, lead):
-    """need_weights=False with a causal mask skips the hidden key block (_CausalAttention): same values, gradients."""
-    from transformer_lab.attention import _is_causal
-
+    """is_causal with need_weights=False skips the hidden key block (_CausalAttention, T >= 32): the same values and
+    gradients as the explicit causal mask and as PyTorch's is_causal."""
     mask = torch.ones(T, T, dtype=torch.bool).tril()
-    assert _is_causal(mask) and not _is_causal(mask[:16, :16]) and not _is_causal(torch.ones(T, T, dtype=torch.bool))
     q, k, v = (rnd(*lead, T, 8, seed=s, grad=True) for s in (1, 2, 3))
     g = rnd(*lead, T, 8, seed=4)
     results = []
-    for need_weights in (False, True):
-        out, w = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, need_weights=need_weights)
-        assert (w is None) is (not need_weights)
+    for kwargs in ({"is_causal": True, "need_weights": False}, {"mask": mask}):
+        out, w = scaled_dot_product_attention(query=q, key=k, value=v, **kwargs)
+        assert (w is None) is ("is_causal" in kwargs)
+        if "is_causal" in kwargs:
+            names = {type(out.grad_fn).__name__}
+            assert names == ({"_CausalAttentionBackward"} if T >= 32 else {"_AttentionBackward"})
         results.append((out, *torch.autograd.grad(out, (q, k, v), g)))
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     results.append((ref, *torch.autograd.grad(ref, (q, k, v), g)))
     for fast, full, torch_ in zip(*results, strict=True):
         torch.testing.assert_close(fast, full, **TOL)
         torch.testing.assert_close(fast, torch_, **TOL)
+
+
+def test_sdpa_is_causal_with_a_cache_offset_and_bad_use():
+    """With T_k > T_q the queries are the last T_q positions, as in generation with a key/value cache."""
+    q, k, v = rnd(2, 3, 8, seed=1), rnd(2, 7, 8, seed=2), rnd(2, 7, 8, seed=3)
+    ours, _ = scaled_dot_product_attention(query=q, key=k, value=v, is_causal=True)
+    mask = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TOL)
+    with pytest.raises(ValueError, match="either mask or is_causal"):
+        scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, is_causal=True)
+    with pytest.raises(ValueError, match="T_k >= T_q"):
+        scaled_dot_product_attention(query=k, key=q, value=q, is_causal=True)
 
 
 def test_sdpa_huge_scores_are_stable():

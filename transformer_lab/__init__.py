@@ -1,15 +1,15 @@
 """Transformer Math Lab: the components of a Transformer, one chapter of mathematics each.
 
-| chapter | field              | modules                                   |
-|---------|--------------------|-------------------------------------------|
-| 1       | linear algebra     | attention                                 |
-| 2       | probability        | softmax, sampling                         |
-| 3       | optimization       | optim                                     |
-| 4       | calculus           | backprop                                  |
-| 5       | information theory | information                               |
-| 6       | combinatorics      | positional                                |
-| 7       | numerical analysis | norm, numerics                            |
-| 8       | the mini-GPT       | gpt, reference, data, train, cli          |
+| chapter | field              | modules                                      |
+|---------|--------------------|----------------------------------------------|
+| 1       | linear algebra     | attention                                    |
+| 2       | probability        | softmax, sampling                            |
+| 3       | optimization       | optim, regularization                        |
+| 4       | calculus           | backprop, mlp                                |
+| 5       | information theory | information                                  |
+| 6       | combinatorics      | positional                                   |
+| 7       | numerical analysis | norm, numerics, residual                     |
+| 8       | the mini-GPT       | gpt, reference, data, train, checkpoint, cli |
 
 Cross-cutting: ``derivations`` (SymPy, one module per chapter), ``exercises`` (automatic checks, one module per
 chapter), ``viz`` (plot style and interactive figures). Import submodules directly, e.g.

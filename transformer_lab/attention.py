@@ -2,9 +2,9 @@
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
 
-Everything is written with plain tensor operations (matrix products, reshapes, chapter 2's max-shifted softmax and
-its Jacobian in the hand-written backward pass of the attention core), shape comments beside each line, and keyword
-arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
+Everything is written with plain tensor operations (matrix products, reshapes, chapter 2's max-shifted softmax,
+here in base 2, and its Jacobian in the hand-written backward pass of the attention core), shape comments beside each
+line, and keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
 Masks are boolean with ``True`` = "may attend", the convention of ``F.scaled_dot_product_attention``.
 """
 
@@ -14,6 +14,8 @@ import math
 
 import torch
 from torch import nn
+
+from transformer_lab.positional import causal_mask
 
 __all__ = ["Embedding", "MultiHeadAttention", "merge_heads", "scaled_dot_product_attention", "split_heads",
            "tie_weights"]
@@ -53,15 +55,16 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
 def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  mask: torch.Tensor | None = None, scale: float | None = None,
                                  dropout: float = 0.0, generator: torch.Generator | None = None,
-                                 need_weights: bool = True):
+                                 is_causal: bool = False, need_weights: bool = True):
     """``softmax(Q Kᵀ · scale) V`` with an optional boolean mask; returns ``(out, weights)``.
 
     query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), leading dims broadcastable;
     mask bool, broadcastable to (..., T_q, T_k), True = may attend; ``scale`` defaults to ``1/√d_k``.
     out (..., T_q, d_v); weights (..., T_q, T_k), rows summing to 1 (a fully masked row gives weights 0
     and output 0, as PyTorch does). ``dropout`` (training only) zeroes weights with that probability.
-    ``need_weights=False`` returns ``(out, None)`` and lets a causal mask skip the keys it hides
-    (:class:`_CausalAttention`).
+    ``is_causal=True`` (no ``mask`` then) applies the causal mask of :func:`~transformer_lab.positional.causal_mask`:
+    query i sees keys j <= i + (T_k - T_q). ``need_weights=False`` returns ``(out, None)``; with ``is_causal``
+    and no dropout it also lets training skip the keys the mask hides (:class:`_CausalAttention`).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
@@ -81,25 +84,26 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     d_k = query.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
-    if mask is not None:
-        _check_mask(mask, torch.Size((*batch, query.shape[-2], key.shape[-2])))
+    T_q, T_k = query.shape[-2], key.shape[-2]
+    if is_causal:
+        if mask is not None:
+            raise ValueError("give either mask or is_causal=True, not both")
+        if T_k < T_q:
+            raise ValueError(f"is_causal needs T_k >= T_q (the queries are the last T_q positions), got "
+                             f"T_q={T_q}, T_k={T_k}")
+        mask = causal_mask(T_q, T_k, device=query.device)
+    elif mask is not None:
+        _check_mask(mask, torch.Size((*batch, T_q, T_k)))
     if not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)):
         out, weights = _attend(query, key, value, mask, scale, dropout, generator)[-2:]  # no autograd bookkeeping
         return out, (weights if need_weights else None)
-    if not need_weights and dropout == 0.0 and _is_causal(mask):
+    if is_causal and not need_weights and dropout == 0.0 and T_q == T_k >= _CAUSAL_SPLIT_MIN:
         return _CausalAttention.apply(query, key, value, mask, scale), None
-    return _Attention.apply(query, key, value, mask, scale, dropout, generator)  # (out, weights)
+    out, weights = _Attention.apply(query, key, value, mask, scale, dropout, generator)
+    return out, (weights if need_weights else None)
 
 
-def _is_causal(mask: torch.Tensor | None) -> bool:
-    """Whether ``mask`` (T, T) hides every key of the second half from every query of the first half.
-
-    True for the causal mask (and any other with that block empty, no empty row), from T = 32 on.
-    """
-    if mask is None or mask.dim() != 2 or mask.shape[0] != mask.shape[1] or mask.shape[0] < 32:
-        return False
-    m = mask.shape[0] // 2
-    return not bool(mask[:m, m:].any()) and bool(mask.any(dim=-1).all())
+_CAUSAL_SPLIT_MIN = 32  # below this many positions, splitting the queries in two saves less than it costs
 
 
 _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)  # log₂e = 1 / ln 2
@@ -123,21 +127,30 @@ def _softmax_weights(q: torch.Tensor, key: torch.Tensor, additive: torch.Tensor 
     return p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1
 
 
+def _prepare(query, key, value, scale):
+    """Q · scale · log₂e (scaling Q is cheaper than scaling S), K and V made contiguous once, for all products."""
+    q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # (..., T_q, d_k)
+    return q, key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
+
+
+def _scores_backward(g_s, q, key, scale):
+    """∂L/∂Q and ∂L/∂K from ∂L/∂S, for S = (Q·scale) Kᵀ and q = Q·scale·log₂e."""
+    g_query = (g_s @ key).mul_(scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
+    g_key = (g_s.transpose(-2, -1) @ q).mul_(_LN2)  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale)   (..., T_k, d_k)
+    return g_query, g_key
+
+
 def _output_backward(g_out, out, q, key, value, p, scale):
     """∂L/∂(Q, K, V) of O = P V, P = softmax(S), from G = ∂L/∂O alone (the weights not used)."""
     g_value = p.transpose(-2, -1) @ g_out  # ∂L/∂V = Pᵀ G   (..., T_k, d_v)
     row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (..., T_q, 1)
     g_s = (g_out @ value.transpose(-2, -1)).sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (G Vᵀ - rowsum)   (..., T_q, T_k)
-    g_query = (g_s @ key).mul_(scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
-    g_key = (g_s.transpose(-2, -1) @ q).mul_(_LN2)  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale), and q = Q·scale·log₂e
-    return g_query, g_key, g_value
+    return *_scores_backward(g_s, q, key, scale), g_value
 
 
 def _attend(query, key, value, mask, scale, dropout, generator):
     """The forward pass of :class:`_Attention`: ``(q, key, value, p, keep, out, weights)``, what its backward needs."""
-    # Q log₂e / √d_k (scaling Q is cheaper than scaling S), K and V made contiguous once, for all six products
-    q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # (..., T_q, d_k)
-    key, value = key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
+    q, key, value = _prepare(query, key, value, scale)
     p = _softmax_weights(q, key, _additive(mask, q))  # P = softmax(S)   (..., T_q, T_k)
     if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
         p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0 = NaN)
@@ -190,8 +203,7 @@ class _Attention(torch.autograd.Function):
         if g_weights is not None:
             row = (g_p * p).sum(dim=-1, keepdim=True)
         g_s = g_p.sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P)); 0 where masked (P = 0)
-        g_query = (g_s @ key).mul_(ctx.scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
-        g_key = (g_s.transpose(-2, -1) @ q).mul_(_LN2)  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale), and q = Q·scale·log₂e
+        g_query, g_key = _scores_backward(g_s, q, key, ctx.scale)
         shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
         return (g_query.sum_to_size(shape_q), g_key.sum_to_size(shape_k), g_value.sum_to_size(shape_v),
                 None, None, None, None)
@@ -208,8 +220,7 @@ class _CausalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, mask, scale):
         m = query.shape[-2] // 2
-        q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # Q log₂e / √d_k   (..., T, d_k)
-        key, value = key.contiguous(), value.contiguous()
+        q, key, value = _prepare(query, key, value, scale)
         additive = _additive(mask, q)  # (T, T)
         p1 = _softmax_weights(q[..., :m, :], key[..., :m, :], additive[:m, :m])  # first half   (..., m, m)
         p2 = _softmax_weights(q[..., m:, :], key, additive[m:])  # second half, every key   (..., T - m, T)
@@ -287,10 +298,11 @@ class MultiHeadAttention(nn.Module):
         return y if b is None else y + b
 
     def forward(self, *, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor | None = None, need_weights: bool = False):
+                mask: torch.Tensor | None = None, is_causal: bool = False, need_weights: bool = False):
         """query (B, T_q, C), key and value (B, T_k, C) -> out (B, T_q, C).
 
-        mask bool, True = may attend: (T_q, T_k), (B, T_q, T_k), or broadcastable to (B, h, T_q, T_k).
+        mask bool, True = may attend: (T_q, T_k), (B, T_q, T_k), or broadcastable to (B, h, T_q, T_k);
+        or ``is_causal=True``, the causal mask (see :func:`scaled_dot_product_attention`).
         Returns ``out``; with ``need_weights=True`` returns ``(out, weights)``, weights (B, h, T_q, T_k) per head.
         """
         C = self.d_model
@@ -302,20 +314,33 @@ class MultiHeadAttention(nn.Module):
                              f"{_shape(key)}, {_shape(value)}")
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key and value must share T_k: got key {_shape(key)}, value {_shape(value)}")
-        B, T_q = query.shape[:2]
         if isinstance(mask, torch.Tensor) and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same mask for every head
-        if query is key and key is value:  # self-attention: one product for Q, K and V, [Q K V] = X [W_Qᵀ W_Kᵀ W_Vᵀ]
-            qkv = self.in_proj(query).view(B, T_q, 3, self.n_head, self.d_k)  # (B, T, 3, h, d_k)
-            # unbind + transpose = split + split_heads, and autograd gathers the three gradients with one copy
-            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, h, T, d_k)
+        if query is key and key is value:  # self-attention: one product for Q, K and V
+            q, k, v = self.split_qkv(query)
         else:
             q, k, v = (split_heads(self._project(t, i), self.n_head) for i, t in enumerate((query, key, value)))
+        out, weights = self.attend(q, k, v, mask=mask, is_causal=is_causal, need_weights=need_weights)
+        return (out, weights) if need_weights else out
+
+    def split_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention's queries, keys and values of x (B, T, C), each (B, h, T, d_k), from one product.
+
+        [Q K V] = X [W_Qᵀ W_Kᵀ W_Vᵀ]; unbind + transpose = split + :func:`split_heads`, and autograd gathers the
+        three gradients with one copy.
+        """
+        B, T, _ = x.shape
+        qkv = self.in_proj(x).view(B, T, 3, self.n_head, self.d_k)  # (B, T, 3, h, d_k)
+        return tuple(t.transpose(1, 2) for t in qkv.unbind(2))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+               is_causal: bool = False, need_weights: bool = False):
+        """The heads' attention, concatenated and projected: q (B, h, T_q, d_k), k, v (B, h, T_k, d_k) ->
+        ``(out (B, T_q, C), weights (B, h, T_q, T_k) or None)``; dropout on the weights in training only."""
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p,
-                                                    need_weights=need_weights)  # (B, h, T_q, d_k)
-        out = self.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
-        return (out, weights) if need_weights else out
+                                                    is_causal=is_causal, need_weights=need_weights)
+        return self.out_proj(merge_heads(out)), weights  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_head={self.n_head}, d_k={self.d_k}, dropout={self.dropout}"

@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("answers", help="a .py file defining the exercise functions")
     p.set_defaults(func=_check)
 
-    from transformer_lab.gpt import GPTConfig
+    from transformer_lab.gpt import POSITIONS, GPTConfig
     from transformer_lab.train import TrainConfig
 
     m, t = GPTConfig(), TrainConfig()
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                           ("eval_interval", t.eval_interval), ("eval_iters", t.eval_iters), ("seed", t.seed)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=type(default), default=default,
                        help=f"(default {default})")
-    p.add_argument("--positions", choices=["learned", "sinusoidal", "rope"], default=m.positions)
+    p.add_argument("--positions", choices=POSITIONS, default=m.positions)
     p.set_defaults(func=_train)
 
     p = sub.add_parser("sample", help="generate text from a checkpoint (default: the shipped one)")

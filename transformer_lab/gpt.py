@@ -11,7 +11,6 @@ instead of the whole context's, and samples with chapter 2's temperature / top-k
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -20,14 +19,12 @@ from torch import nn
 from transformer_lab.attention import (
     Embedding,
     MultiHeadAttention,
-    merge_heads,
-    scaled_dot_product_attention,
     tie_weights,
 )
 from transformer_lab.mlp import MLP
 from transformer_lab.norm import LayerNorm
 from transformer_lab.numerics import init_gpt_weights
-from transformer_lab.positional import apply_rope, causal_mask, sinusoidal_encoding
+from transformer_lab.positional import apply_rope, sinusoidal_encoding
 from transformer_lab.regularization import dropout
 from transformer_lab.sampling import sample
 from transformer_lab.softmax import LMHead
@@ -44,7 +41,7 @@ class GPTConfig:
     n_layer: int = 4  # L: Transformer blocks
     n_head: int = 4  # h: attention heads per block (d_k = d_model / n_head)
     d_model: int = 128  # C: width of the residual stream
-    dropout: float = 0.0  # p: dropout on embeddings, attention weights and sub-layer outputs (0: small data, short run)
+    dropout: float = 0.0  # p: dropout on embeddings, attention weights and the MLP's output (0: small data, short run)
     bias: bool = True  # biases in the linear maps and LayerNorms
     positions: str = "learned"  # "learned" (a (T_max, C) table), "sinusoidal" (fixed, ch. 6) or "rope" (ch. 6)
     gelu: str = "tanh"  # the MLP's GELU: "tanh" approximation (GPT-2) or "none" (exact, erf)
@@ -80,30 +77,27 @@ class Block(nn.Module):
         self.ln2 = LayerNorm(c.d_model, bias=c.bias)
         self.mlp = MLP(c.d_model, bias=c.bias, dropout=c.dropout, approximate=c.gelu)
 
-    def attention(self, h: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor | None,
-                  cache: list | None = None, need_weights: bool = False):
-        """Causal self-attention of h (B, T, C) at ``positions`` (T,), through an optional [K, V] cache."""
-        c = self.config
-        if cache is None and c.positions != "rope":  # the plain case: chapter 1's module as it is
-            return self.attn(query=h, key=h, value=h, mask=mask, need_weights=need_weights)
-        B, T, _ = h.shape
-        qkv = self.attn.in_proj(h).view(B, T, 3, c.n_head, c.d_model // c.n_head)  # [Q K V] = h [W_Q W_K W_V]ᵀ
-        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # split_heads of each: (B, h, T, d_k)
-        if c.positions == "rope":
+    def attention(self, h: torch.Tensor, *, positions: torch.Tensor, cache: list | None = None,
+                  need_weights: bool = False):
+        """Causal self-attention of h (B, T, C) at ``positions`` (T,), through an optional [K, V] cache.
+
+        Chapter 1's module does the work (:meth:`~transformer_lab.attention.MultiHeadAttention.split_qkv`, then
+        :meth:`~transformer_lab.attention.MultiHeadAttention.attend`); between the two, RoPE rotates Q and K and
+        the cache prepends the keys and values of earlier positions.
+        """
+        q, k, v = self.attn.split_qkv(h)  # (B, h, T, d_k) each
+        if self.config.positions == "rope":
             q, k = apply_rope(q, positions), apply_rope(k, positions)  # rotate pair i by m·ω_i
         if cache is not None:
             if cache:  # keys and values of the earlier positions, computed once
                 k, v = torch.cat((cache[0], k), dim=-2), torch.cat((cache[1], v), dim=-2)  # (B, h, T_k, d_k)
             cache[:] = [k, v]
-        p = c.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p,
-                                                    need_weights=need_weights)  # (B, h, T, d_k)
-        out = self.attn.out_proj(merge_heads(out))  # concat(heads) W_Oᵀ + b_O   (B, T, C)
+        out, weights = self.attn.attend(q, k, v, is_causal=True, need_weights=need_weights)  # (B, T, C)
         return (out, weights) if need_weights else out
 
-    def forward(self, x: torch.Tensor, *, positions: torch.Tensor, mask: torch.Tensor | None,
-                cache: list | None = None, need_weights: bool = False):
-        a = self.attention(self.ln1(x), positions=positions, mask=mask, cache=cache, need_weights=need_weights)
+    def forward(self, x: torch.Tensor, *, positions: torch.Tensor, cache: list | None = None,
+                need_weights: bool = False):
+        a = self.attention(self.ln1(x), positions=positions, cache=cache, need_weights=need_weights)
         weights = None
         if need_weights:
             a, weights = a
@@ -164,12 +158,10 @@ class GPT(nn.Module):
         elif c.positions == "sinusoidal":
             x = x + sinusoidal_encoding(start + T, c.d_model, dtype=x.dtype)[start:]  # x_t = E[idx_t] + PE(t)
         x = dropout(x, c.dropout, training=self.training)
-        # (T, T_k): query i sees keys j <= start + i; one new token may see every cached key, so no mask at all
-        mask = None if T == 1 else causal_mask(T, start + T)
         weights = []
         for l, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layers[l]
-            x = block(x, positions=positions, mask=mask, cache=layer_cache, need_weights=need_weights)
+            x = block(x, positions=positions, cache=layer_cache, need_weights=need_weights)
             if need_weights:
                 x, w = x
                 weights.append(w)
@@ -197,7 +189,7 @@ class GPT(nn.Module):
         cache, fed = None, 0  # fed: tokens of the window already in the cache
         for _ in range(max_new_tokens):
             if idx.shape[1] - start > T_max:  # the window is full: move it on by half a block
-                start += math.ceil((idx.shape[1] - start - T_max) / (T_max // 2 or 1)) * (T_max // 2 or 1)
+                start += T_max // 2 or 1  # (the window is exactly one token over)
                 cache, fed = None, 0
             window = idx[:, start:]  # (B, ≤ T_max)
             if use_cache:

@@ -35,6 +35,7 @@ class _TanhGELU(torch.autograd.Function):
         return x * s  # x σ(2u)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # s was saved without a graph: no second derivative through it
     def backward(ctx, g: torch.Tensor) -> torch.Tensor:
         x, s = ctx.saved_tensors
         a = 2.0 * _SQRT_2_OVER_PI

@@ -78,6 +78,9 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            lr = group["lr"]
+            if not (math.isfinite(lr) and lr >= 0):  # a schedule may set lr = 0 at its end, never below
+                raise ValueError(f"learning rate must be finite and >= 0 during training, got {lr!r}")
             params, grads, ms, vs, steps = [], [], [], [], []
             for p in group["params"]:
                 if p.grad is None:
@@ -120,8 +123,6 @@ class AdamW(torch.optim.Optimizer):
     @staticmethod
     def _update(params, grads, ms, vs, steps, group) -> None:
         lr, (beta1, beta2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        if not (math.isfinite(lr) and lr >= 0):  # a schedule may set lr = 0 at its end, never below
-            raise ValueError(f"learning rate must be finite and >= 0 during training, got {lr!r}")
         if wd != 0:
             torch._foreach_mul_(params, 1 - lr * wd)  # θ ← θ(1 − ηλ)
         torch._foreach_lerp_(ms, grads, 1 - beta1)  # m ← β₁ m + (1 − β₁) g

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .norm import LayerNorm, layer_norm
+from .norm import LayerNorm
 
 __all__ = ["ARRANGEMENTS", "PostLNResidual", "PreLNResidual", "depth_profile", "make_block"]
 
@@ -106,8 +106,6 @@ def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens
     Returns ``{"activation_rms": (n_layer + 1,), "gradient_rms": (n_layer + 1,)}``: the root mean square of the
     stream ``x_l`` and of ``dLoss/dx_l`` at the input (index 0) and after every block.
     """
-    if arrangement not in ARRANGEMENTS:
-        raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {arrangement!r}")
     if not isinstance(n_layer, int) or n_layer < 1:
         raise ValueError(f"depth_profile: n_layer must be a positive int, got {n_layer!r}")
     if not gain > 0:
@@ -120,16 +118,8 @@ def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens
     r = torch.randn(n_tokens, C, generator=g, dtype=dtype)
     xs = [x.requires_grad_()]
     for l in range(n_layer):
-        h = xs[-1]
         F = lambda v, l=l: torch.relu(v @ W1[l]) @ W2[l]  # noqa: E731  F(v) = relu(v W_1) W_2
-        if arrangement == "plain":
-            out = F(h)  # x_{l+1} = F(x_l)
-        elif arrangement == "residual":
-            out = h + F(h)  # x_{l+1} = x_l + F(x_l)
-        elif arrangement == "post-ln":
-            out = layer_norm(h + F(h))  # x_{l+1} = LN(x_l + F(x_l))
-        else:
-            out = h + F(layer_norm(h))  # x_{l+1} = x_l + F(LN(x_l))
+        out = make_block(arrangement, C, F).to(dtype)(xs[-1])  # the arrangement's block around F
         out.retain_grad()
         xs.append(out)
     (xs[-1] * r).sum().backward()

@@ -47,7 +47,8 @@ class _Softmax(torch.autograd.Function):
     """softmax with its backward written from the Jacobian, ∂L/∂z = J ᵀg = p ⊙ (g − ⟨g, p⟩).
 
     One saved tensor and three operations instead of autograd's trace through max, exp, sum and divide: the
-    capstone (chapter 8) calls it in every attention layer, so its speed matters.
+    backward pass is chapter 2's Jacobian, written once. (The attention core has its own base-2 copy of the
+    forward, fused with the masking, in :mod:`transformer_lab.attention`.)
     """
 
     generate_vmap_rule = True  # so torch.func transforms (jacrev, vmap) work through it

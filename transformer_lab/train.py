@@ -104,7 +104,9 @@ class Trainer:
         for name, data in (("train", corpus.train), ("val", corpus.val)):
             if len(data) < c.block_size + 2:
                 raise ValueError(f"the {name} split has {len(data)} tokens, too few for block_size {c.block_size}")
-        self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2))
+        # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
+        self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
+                               check_finite=c.grad_clip == 0)
         self.schedule = WarmupCosine(c.lr, c.min_lr, c.warmup, c.max_iters)
         self.generator = torch.Generator().manual_seed(c.seed)  # the batch sampler
         torch.manual_seed(c.seed)  # dropout draws from the global generator

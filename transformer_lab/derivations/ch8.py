@@ -54,8 +54,6 @@ def generation_cost() -> dict[str, sp.Expr]:
 
 def check(seed: int = 0) -> dict[str, float]:
     """Largest |difference| between the formula, our GPT's count and the reference GPT's, over random shapes."""
-    import torch
-
     from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.reference import ReferenceGPT
 
@@ -72,6 +70,5 @@ def check(seed: int = 0) -> dict[str, float]:
         worst_ref = max(worst_ref, abs(ours - ref))
     cost = generation_cost()
     ratio_err = max(abs(float(cost["ratio"].subs(n, k)) - sum(range(1, k + 1)) / k) for k in (1, 7, 500))
-    del torch
     return {"formula vs ours": float(worst_ours), "ours vs reference": float(worst_ref),
             "cache ratio vs direct sum": ratio_err}
