@@ -21,6 +21,7 @@ from transformer_lab.attention import (
     tie_weights,
 )
 from transformer_lab.derivations import ch1
+from transformer_lab.reference import multihead_reference
 from transformer_lab.softmax import LMHead
 
 TOL = {"atol": 1e-12, "rtol": 1e-12}
@@ -29,18 +30,6 @@ TOL = {"atol": 1e-12, "rtol": 1e-12}
 def rnd(*shape, seed=0, grad=False):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(grad)
-
-
-def copied_reference(ours: MultiHeadAttention) -> nn.MultiheadAttention:
-    ref = nn.MultiheadAttention(ours.d_model, ours.n_head, batch_first=True, dtype=torch.float64,
-                                bias=ours.in_proj.bias is not None)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(ours.in_proj.weight)
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
-        if ours.in_proj.bias is not None:
-            ref.in_proj_bias.copy_(ours.in_proj.bias)
-            ref.out_proj.bias.copy_(ours.out_proj.bias)
-    return ref
 
 
 # ------------------------------------------------------------------ scaled dot-product attention
@@ -220,7 +209,7 @@ def test_mha_matches_nn_multiheadattention(bias, self_attention, mask_kind):
         with torch.no_grad():
             ours.in_proj.bias.normal_()
             ours.out_proj.bias.normal_()
-    ref = copied_reference(ours)
+    ref = multihead_reference(ours)
     x = rnd(B, T, C, seed=1, grad=True)
     if self_attention:
         q = k = v = x

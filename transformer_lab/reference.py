@@ -25,6 +25,21 @@ def _rotate(t: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(z * rope.to(cplx)).flatten(-2).to(t.dtype)
 
 
+def multihead_reference(ours: nn.Module) -> nn.MultiheadAttention:
+    """PyTorch's ``nn.MultiheadAttention`` (``batch_first=True``) carrying the weights of our
+    :class:`~transformer_lab.attention.MultiHeadAttention` ``ours``, in its dtype: the chapter 1 reference."""
+    w = ours.in_proj.weight
+    ref = nn.MultiheadAttention(ours.d_model, ours.n_head, batch_first=True, bias=ours.in_proj.bias is not None,
+                                dtype=w.dtype, device=w.device)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(w)
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        if ours.in_proj.bias is not None:
+            ref.in_proj_bias.copy_(ours.in_proj.bias)
+            ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ref
+
+
 class ReferenceBlock(nn.Module):
     def __init__(self, c: GPTConfig):
         super().__init__()

@@ -128,6 +128,7 @@ def embedding_lookup(V: int = 4, C: int = 3, index: int = 2) -> dict:
 def check(seed: int = 0) -> dict[str, float]:
     """Largest |difference| between SymPy (lambdified), ``transformer_lab`` and PyTorch on random float64 data."""
     from transformer_lab.attention import Embedding, MultiHeadAttention, scaled_dot_product_attention, split_heads
+    from transformer_lab.reference import multihead_reference
 
     gen = torch.Generator().manual_seed(seed)
 
@@ -154,14 +155,10 @@ def check(seed: int = 0) -> dict[str, float]:
 
     torch.manual_seed(seed)
     ours = MultiHeadAttention(C, h).double()
-    ref = torch.nn.MultiheadAttention(C, h, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         for p in (ours.in_proj.bias, ours.out_proj.bias):
             p.copy_(rnd(*p.shape))
-        ref.in_proj_weight.copy_(ours.in_proj.weight)
-        ref.in_proj_bias.copy_(ours.in_proj.bias)
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
-        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    ref = multihead_reference(ours)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     y_ours = ours(query=X, key=X, value=X, mask=causal).detach()
     y_ref = ref(X, X, X, attn_mask=~causal, need_weights=False)[0].detach()
