@@ -17,6 +17,8 @@ import math
 import numpy as np
 import torch
 
+from transformer_lab.numerics import logsumexp
+
 LN2 = math.log(2.0)
 """ln 2: divide nats by it to get bits."""
 
@@ -77,11 +79,8 @@ def kl_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tens
 
 # ---------------------------------------------------------------- the training loss
 def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """Stable log-softmax on the last dim: z - (m + log Σ_j e^{z_j - m}), m = max_j z_j."""
-    m = logits.amax(dim=-1, keepdim=True).detach()  # (..., 1); the shift changes nothing (shift invariance)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row of all -inf stays -inf, not NaN
-    lse = m + torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True))  # LSE(z) = m + log Σ e^{z - m}
-    return logits - lse  # log softmax(z)_i = z_i - LSE(z)
+    """Stable log-softmax on the last dim: log softmax(z)_i = z_i - LSE(z), LSE from chapter 7's ``logsumexp``."""
+    return logits - logsumexp(logits, dim=-1).unsqueeze(-1)  # a row of all -inf stays -inf, not NaN
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100,

@@ -16,6 +16,10 @@ import math
 import torch
 from torch import nn
 
+from .attention import Embedding
+from .norm import LayerNorm
+from .softmax import softmax, softmax_jacobian
+
 __all__ = ["init_gpt_weights", "logsumexp", "naive_softmax", "score_scale", "softmax_saturation"]
 
 
@@ -70,7 +74,7 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
     (the Frobenius norm of the softmax Jacobian diag(p) - p p^T, which goes to 0 as the softmax saturates),
     each (n_queries,), and ``scores`` (n_queries, n_keys).
     """
-    from .softmax import softmax  # chapter 2's stable softmax
+    from .information import entropy  # (information imports this module: imported here, not at the top)
 
     if not isinstance(n_keys, int) or n_keys < 2:
         raise ValueError(f"softmax_saturation: n_keys must be an int >= 2, got {n_keys!r}")
@@ -78,22 +82,18 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
     q = torch.randn(n_queries, d_k, generator=g, dtype=torch.float64)  # (N, d_k), entries ~ N(0, 1)
     k = torch.randn(n_keys, d_k, generator=g, dtype=torch.float64)  # (n, d_k)
     scores = q @ k.T * (score_scale(d_k) if scaled else 1.0)  # s = q . k / sqrt(d_k)   (N, n)
-    p = softmax(scores, dim=-1)  # (N, n)
-    entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)  # H(p) = -sum p log p
+    p = softmax(scores, dim=-1)  # chapter 2's stable softmax   (N, n)
     # ||diag(p) - p p^T||_F, formed explicitly: the expanded sum of powers of p cancels when p is one-hot
-    grad_norm = torch.linalg.matrix_norm(torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2))
-    return {"max_weight": p.amax(-1), "entropy": entropy, "grad_norm": grad_norm, "scores": scores}
+    grad_norm = torch.linalg.matrix_norm(softmax_jacobian(p))
+    return {"max_weight": p.amax(-1), "entropy": entropy(p), "grad_norm": grad_norm, "scores": scores}
 
 
 def _is_layer_norm(m: nn.Module) -> bool:
-    from .norm import LayerNorm
-
     return isinstance(m, nn.LayerNorm | LayerNorm)
 
 
 def _is_embedding(m: nn.Module) -> bool:
-    return isinstance(m, nn.Embedding) or (type(m).__name__ == "Embedding" and isinstance(
-        getattr(m, "weight", None), torch.Tensor) and m.weight.dim() == 2)
+    return isinstance(m, nn.Embedding | Embedding)
 
 
 @torch.no_grad()
