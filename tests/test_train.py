@@ -153,11 +153,14 @@ def test_foreign_checkpoints_are_refused_and_never_unpickled(tmp_path):
 
 def test_weights_only_checkpoint_cannot_be_resumed(tmp_path):
     model, corpus = _setup()
-    ckpt.save(tmp_path / "w.json", model=model, meta={"config": {}})
     trainer = Trainer(model, corpus, TC, progress=False)
+    trainer.save(tmp_path / "w.json", weights_only=True)
     record, tensors = ckpt.read(tmp_path / "w.json")
+    assert record["step"] == 0 and not any(name.startswith("optimizer.") for name in tensors)
     with pytest.raises(ckpt.CheckpointError, match="no optimizer state"):
         ckpt.load_optimizer_state(trainer.optimizer, model, record, tensors)
+    with pytest.raises(ckpt.CheckpointError, match="no optimizer state"):
+        Trainer(model, corpus, TC, progress=False).resume(tmp_path / "w.json")
 
 
 def test_train_config_validation():

@@ -38,8 +38,6 @@ def shipped_checkpoint():
 
 
 def _train(args: argparse.Namespace) -> int:
-    import dataclasses
-
     import torch
 
     from transformer_lab import checkpoint as ckpt
@@ -62,8 +60,7 @@ def _train(args: argparse.Namespace) -> int:
     torch.manual_seed(tc.seed)
     model = GPT(mc)
     out = args.out
-    trainer = Trainer(model, corpus, tc, checkpoint=out, meta={"config": dataclasses.asdict(mc)},
-                      progress=not args.quiet)
+    trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet)
     if args.resume:
         try:
             trainer.resume(out)
@@ -83,14 +80,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     val = evaluate_loss(model, corpus.val, block_size=tc.block_size)
-    record, _ = ckpt.read(out)
-    record_meta = {k: v for k, v in record.items()
-                   if k not in ("format", "version", "weights", "weights_sha256", "optimizer")}
-    record_meta["val_loss_full"] = val
-    if args.weights_only:  # a small release checkpoint: weights and facts, no optimizer moments
-        ckpt.save(out, model=model, meta=record_meta)
-    else:
-        ckpt.save(out, model=model, meta=record_meta, optimizer=trainer.optimizer)
+    trainer.meta["val_loss_full"] = val  # the final save adds the loss over the whole val split
+    trainer.save(weights_only=args.weights_only)
     print(f"done: {tc.max_iters} steps; val loss over the whole val split {val:.4f} nats/char; "
           f"checkpoint {ckpt.json_path(out)}")
     return 0

@@ -130,8 +130,12 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------ checkpoints
-    def save(self, path: str | Path | None = None) -> Path:
-        """Write a resumable checkpoint (weights, optimizer, step, RNG states, history, corpus hash)."""
+    def save(self, path: str | Path | None = None, *, weights_only: bool = False) -> Path:
+        """Write a resumable checkpoint (weights, optimizer, step, RNG states, history, corpus hash).
+
+        ``weights_only=True`` leaves out the optimizer's moments: a small release checkpoint that loads for
+        sampling but cannot be resumed.
+        """
         path = path or self.checkpoint
         if path is None:
             raise ValueError("no checkpoint path: pass checkpoint= to Trainer or a path to save()")
@@ -140,7 +144,7 @@ class Trainer:
                 "vocab": self.corpus.tokenizer.chars, "history": self.history,
                 "rng": {"batches": ckpt.encode_rng(self.generator.get_state()),
                         "torch": ckpt.encode_rng(torch.get_rng_state())}}
-        return ckpt.save(path, model=self.model, meta=meta, optimizer=self.optimizer)
+        return ckpt.save(path, model=self.model, meta=meta, optimizer=None if weights_only else self.optimizer)
 
     def resume(self, path: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save`; refuses one from another config or corpus."""
