@@ -4,7 +4,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
-ASSETS := _build/assets/vendor/.versions
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: help book test lab train bench clean distclean chromium lint
@@ -25,11 +24,9 @@ $(READY): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-# MathJax, require.js and the ipywidgets HTML manager, pinned, from the npm registry (served by the site itself).
-$(ASSETS): tools/fetch_assets.sh
-	bash tools/fetch_assets.sh
-
-book: $(READY) $(ASSETS)
+# tools/build.py also fetches MathJax, require.js and the ipywidgets HTML manager (tools/fetch_assets.sh: pinned,
+# from the npm registry, served by the site itself; a stamp file makes a second run instant).
+book: $(READY)
 	$(BIN)/python tools/build.py
 
 # Debian's Chromium drives the browser tests (never `playwright install`).

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+from lab_cache import _is_notebook
 from sphinx.application import Sphinx
 
 NOTE = {
@@ -31,8 +32,7 @@ _GATE = re.compile(r"^(`{3,})\{solution-(?:start|end)\}.*?^\1[ \t]*$\n?", re.S |
 
 
 def chapter_pages(srcdir: Path) -> list[Path]:
-    return [p for p in sorted((srcdir / "chapters").glob("*.md"))
-            if "kernelspec:" in p.read_text(encoding="utf8")[:2000]]
+    return [p for p in sorted((srcdir / "chapters").glob("*.md")) if _is_notebook(p)]
 
 
 def _with_note(nb: nbformat.NotebookNode, kind: str) -> nbformat.NotebookNode:
@@ -82,7 +82,7 @@ def write_notebooks(app: Sphinx, exception) -> None:
 
 def add_links(app: Sphinx, pagename: str, templatename, context, doctree) -> None:
     page = Path(app.srcdir) / f"{pagename}.md"
-    if not pagename.startswith("chapters/") or page not in chapter_pages(Path(app.srcdir)):
+    if not pagename.startswith("chapters/") or not page.is_file() or not _is_notebook(page):
         return
     names = notebook_names(page)
     links = " · ".join(
