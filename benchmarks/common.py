@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.data import get_batch
+from transformer_lab.data import Corpus, get_batch, load_corpus
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.information import cross_entropy
 from transformer_lab.optim import AdamW, decay_groups
 from transformer_lab.reference import ReferenceGPT
+
+
+@functools.cache
+def default_corpus() -> Corpus:
+    """The default corpus, tokenised and hashed once per process (``bench`` runs every script in one)."""
+    return load_corpus()
 
 
 def recipe_models(vocab_size: int, seed: int = 0, **overrides) -> tuple[GPT, ReferenceGPT]:

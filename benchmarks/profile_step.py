@@ -19,9 +19,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import recipe_models, stack
+from common import default_corpus, recipe_models, stack
 
-from transformer_lab.data import get_batch, load_corpus
+from transformer_lab.data import get_batch
 
 PHASES = ("forward", "backward", "update")
 
@@ -50,7 +50,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--top", type=int, default=20, help="operators to list")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    corpus = load_corpus()
+    corpus = default_corpus()
     ours, ref = recipe_models(corpus.tokenizer.vocab_size)
     steps = {kind: step_fn(m, kind, corpus.train, torch.Generator().manual_seed(0))
              for kind, m in (("ours", ours), ("reference", ref))}

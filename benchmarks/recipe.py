@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import recipe_models, stack
+from common import default_corpus, recipe_models, stack
 
-from transformer_lab.data import get_batch, load_corpus
+from transformer_lab.data import get_batch
 from transformer_lab.optim import WarmupCosine
 from transformer_lab.train import evaluate_loss
 
@@ -48,7 +48,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-iters", type=int, default=2000)
     ap.add_argument("--skip-reference", action="store_true")
     args = ap.parse_args(argv)
-    corpus = load_corpus()
+    corpus = default_corpus()
     ours, ref = recipe_models(corpus.tokenizer.vocab_size)
     out = {}
     kinds = [("ours", ours)] + ([] if args.skip_reference else [("reference", ref)])

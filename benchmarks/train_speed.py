@@ -21,9 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import recipe_models, stack, time_steps
-
-from transformer_lab.data import load_corpus
+from common import default_corpus, recipe_models, stack, time_steps
 
 
 def matmul_peak(n: int = 512, repeat: int = 20) -> float:
@@ -57,7 +55,7 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.process_time if args.cpu_time else time.perf_counter
-    corpus = load_corpus()
+    corpus = default_corpus()
     ours, ref = recipe_models(corpus.tokenizer.vocab_size, block_size=args.block_size)
     stacks = {"ours": (ours, *stack(ours, "ours")), "reference": (ref, *stack(ref, "reference"))}
     if args.compile:
