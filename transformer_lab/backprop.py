@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from transformer_lab.norm import layer_norm  # chapter 7: the forward pass of layer_norm_backward
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715  # the cubic coefficient of the tanh approximation
 
@@ -127,17 +129,7 @@ def _check_ce(logits: torch.Tensor, targets: torch.Tensor) -> None:
 
 
 # ---------------------------------------------------------------- LayerNorm
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5) -> torch.Tensor:
-    """γ ⊙ (x − μ)/√(σ² + ε) + β over the last dim (biased variance), x (..., C)."""
-    mu = x.mean(-1, keepdim=True)  # μ
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)  # σ² (biased)
-    y = (x - mu) / torch.sqrt(var + eps)  # x̂
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
-
-
+# LayerNorm: the forward pass is chapter 7's layer_norm (imported above); here only its gradient
 def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None = None,
                         eps: float = 1e-5):
     """Gradients of :func:`layer_norm`: returns (∂L/∂x, ∂L/∂γ, ∂L/∂β) (the last two None without γ).
