@@ -50,6 +50,16 @@ class CheckResult:
                 f"{html.escape(self.message)}</div>")
 
 
+def generator(seed: int) -> torch.Generator:
+    """A seeded generator, so that every checker draws the same cases every time."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    """Standard normal float64 numbers of ``shape`` from ``gen``, times ``scale``: the checkers' random inputs."""
+    return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
+
+
 def _as_array(x: Any) -> np.ndarray | None:
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().to(torch.float64).numpy() if x.is_floating_point() else x.detach().cpu().numpy()

@@ -11,13 +11,10 @@ import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.attention import split_heads as _split_heads
-from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.exercises import CheckResult, check_function, randn
 
 __all__ = ["EXERCISES", "check_attention", "check_one_hot_embed", "check_split_heads"]
 
-
-def _rnd(gen, *shape):
-    return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
 
 def _attention_reference(query, key, value, mask=None):
@@ -26,15 +23,15 @@ def _attention_reference(query, key, value, mask=None):
 
 def _attention_cases(seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
-    yield {"query": _rnd(gen, 3, 2), "key": _rnd(gen, 4, 2), "value": _rnd(gen, 4, 3)}
-    yield {"query": _rnd(gen, 2, 5, 8), "key": _rnd(gen, 2, 6, 8), "value": _rnd(gen, 2, 6, 4)}
+    yield {"query": randn(gen, 3, 2), "key": randn(gen, 4, 2), "value": randn(gen, 4, 3)}
+    yield {"query": randn(gen, 2, 5, 8), "key": randn(gen, 2, 6, 8), "value": randn(gen, 2, 6, 4)}
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
-    yield {"query": _rnd(gen, 2, 5, 4), "key": _rnd(gen, 2, 5, 4), "value": _rnd(gen, 2, 5, 4), "mask": causal}
+    yield {"query": randn(gen, 2, 5, 4), "key": randn(gen, 2, 5, 4), "value": randn(gen, 2, 5, 4), "mask": causal}
     mask = torch.rand(3, 4, generator=gen) > 0.4
     mask[:, 0] = True
-    yield {"query": _rnd(gen, 1, 3, 16) * 3, "key": _rnd(gen, 1, 4, 16) * 3, "value": _rnd(gen, 1, 4, 2),
+    yield {"query": randn(gen, 1, 3, 16) * 3, "key": randn(gen, 1, 4, 16) * 3, "value": randn(gen, 1, 4, 2),
            "mask": mask}
-    yield {"query": _rnd(gen, 1, 1, 4), "key": _rnd(gen, 1, 1, 4), "value": _rnd(gen, 1, 1, 4)}
+    yield {"query": randn(gen, 1, 1, 4), "key": randn(gen, 1, 1, 4), "value": randn(gen, 1, 1, 4)}
 
 
 def check_attention(fn) -> CheckResult:
@@ -48,10 +45,10 @@ def _split_reference(x, n_head):
 
 def _split_cases(seed: int = 1):
     gen = torch.Generator().manual_seed(seed)
-    yield {"x": _rnd(gen, 1, 2, 4), "n_head": 2}
-    yield {"x": _rnd(gen, 2, 5, 12), "n_head": 3}
-    yield {"x": _rnd(gen, 3, 1, 8), "n_head": 4}
-    yield {"x": _rnd(gen, 2, 4, 6), "n_head": 1}
+    yield {"x": randn(gen, 1, 2, 4), "n_head": 2}
+    yield {"x": randn(gen, 2, 5, 12), "n_head": 3}
+    yield {"x": randn(gen, 3, 1, 8), "n_head": 4}
+    yield {"x": randn(gen, 2, 4, 6), "n_head": 1}
 
 
 def check_split_heads(fn) -> CheckResult:
@@ -65,9 +62,9 @@ def _embed_reference(idx, weight):
 
 def _embed_cases(seed: int = 2):
     gen = torch.Generator().manual_seed(seed)
-    yield {"idx": torch.tensor([2]), "weight": _rnd(gen, 5, 3)}
-    yield {"idx": torch.tensor([[0, 4, 4], [1, 2, 3]]), "weight": _rnd(gen, 5, 3)}
-    yield {"idx": torch.randint(0, 11, (2, 7), generator=gen), "weight": _rnd(gen, 11, 6)}
+    yield {"idx": torch.tensor([2]), "weight": randn(gen, 5, 3)}
+    yield {"idx": torch.tensor([[0, 4, 4], [1, 2, 3]]), "weight": randn(gen, 5, 3)}
+    yield {"idx": torch.randint(0, 11, (2, 7), generator=gen), "weight": randn(gen, 11, 6)}
 
 
 def check_one_hot_embed(fn) -> CheckResult:

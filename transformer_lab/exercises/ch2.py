@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.exercises import CheckResult, check_function, randn
 from transformer_lab.sampling import filter_logits
 from transformer_lab.softmax import log_softmax
 from transformer_lab.softmax import softmax as _softmax
 
 __all__ = ["EXERCISES", "check_sequence_log_prob", "check_stable_softmax", "check_top_p_filter"]
 
-
-def _rnd(gen, *shape, scale=1.0):
-    return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
 
 
 def _softmax_reference(z):
@@ -26,9 +23,9 @@ def _softmax_reference(z):
 
 def _softmax_cases(seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
-    yield {"z": _rnd(gen, 5)}
-    yield {"z": _rnd(gen, 3, 7, scale=4)}
-    yield {"z": _rnd(gen, 2, 4) + 1000.0}  # exp(1000) overflows: only a shifted softmax survives
+    yield {"z": randn(gen, 5)}
+    yield {"z": randn(gen, 3, 7, scale=4)}
+    yield {"z": randn(gen, 2, 4) + 1000.0}  # exp(1000) overflows: only a shifted softmax survives
     yield {"z": torch.tensor([[-800.0, -801.0, -799.0]], dtype=torch.float64)}  # every exp underflows to 0
     yield {"z": torch.tensor([[0.0, 1.0, 2.0], [-900.0, -899.0, -901.0]], dtype=torch.float64)}  # rows far apart
     yield {"z": torch.tensor([[0.5], [-3.0]], dtype=torch.float64)}  # one-token vocabulary
@@ -47,9 +44,9 @@ def _top_p_cases(seed: int = 1):
     gen = torch.Generator().manual_seed(seed)
     yield {"logits": torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0], dtype=torch.float64), "top_p": 0.7}
     yield {"logits": torch.tensor([0.0, 3.0, 1.0, 2.0], dtype=torch.float64), "top_p": 0.5}  # unsorted
-    yield {"logits": _rnd(gen, 4, 20, scale=2), "top_p": 0.9}
-    yield {"logits": _rnd(gen, 3, 10), "top_p": 1.0}  # keeps everything
-    yield {"logits": _rnd(gen, 6, 8, scale=3), "top_p": 0.05}  # keeps only the most probable token
+    yield {"logits": randn(gen, 4, 20, scale=2), "top_p": 0.9}
+    yield {"logits": randn(gen, 3, 10), "top_p": 1.0}  # keeps everything
+    yield {"logits": randn(gen, 6, 8, scale=3), "top_p": 0.05}  # keeps only the most probable token
 
 
 def check_top_p_filter(fn) -> CheckResult:
@@ -63,10 +60,10 @@ def _seq_reference(logits, tokens):
 
 def _seq_cases(seed: int = 2):
     gen = torch.Generator().manual_seed(seed)
-    yield {"logits": _rnd(gen, 4, 6), "tokens": torch.randint(0, 6, (4,), generator=gen)}
-    yield {"logits": _rnd(gen, 3, 5, 9, scale=3), "tokens": torch.randint(0, 9, (3, 5), generator=gen)}
-    yield {"logits": _rnd(gen, 2, 30) * 300 + 800, "tokens": torch.randint(0, 30, (2,), generator=gen)}  # huge
-    yield {"logits": _rnd(gen, 1, 4), "tokens": torch.tensor([3])}  # length-1 sequence
+    yield {"logits": randn(gen, 4, 6), "tokens": torch.randint(0, 6, (4,), generator=gen)}
+    yield {"logits": randn(gen, 3, 5, 9, scale=3), "tokens": torch.randint(0, 9, (3, 5), generator=gen)}
+    yield {"logits": randn(gen, 2, 30) * 300 + 800, "tokens": torch.randint(0, 30, (2,), generator=gen)}  # huge
+    yield {"logits": randn(gen, 1, 4), "tokens": torch.tensor([3])}  # length-1 sequence
 
 
 def check_sequence_log_prob(fn) -> CheckResult:

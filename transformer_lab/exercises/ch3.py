@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.exercises import CheckResult, check_function, generator
 from transformer_lab.optim import AdamW, WarmupCosine
 
 D = torch.float64
 
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ---------------------------------------------------------------- 1. one AdamW step
@@ -32,7 +29,7 @@ def _ref_adam_step(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, we
 
 def check_adam_step(fn) -> CheckResult:
     """``fn(...) -> (param, exp_avg, exp_avg_sq)`` after step number ``step`` (1 for the first step)."""
-    g = _gen(3)
+    g = generator(3)
 
     def case(shape, step, scale=1.0, **kw):
         hyper = dict(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1) | kw
@@ -82,7 +79,7 @@ def _ref_gradient_descent(A, theta0, lr, steps):
 
 def check_gradient_descent(fn) -> CheckResult:
     """``fn(A (d, d) symmetric, theta0 (d,), lr, steps) -> (steps + 1, d)``: θ₀, θ₁, …, θ_steps."""
-    g = _gen(4)
+    g = generator(4)
     M = torch.randn(3, 3, generator=g, dtype=D)
     cases = [{"A": torch.diag(torch.tensor([1.0, 10.0], dtype=D)), "theta0": torch.tensor([1.0, 1.0], dtype=D),
               "lr": 0.05, "steps": 20},
@@ -99,7 +96,7 @@ def _ref_inverted_dropout(x, keep, p):
 
 def check_inverted_dropout(fn) -> CheckResult:
     """``fn(x, keep (bool, shape of x), p) -> x ⊙ keep / (1 − p)``: expectation-preserving dropout."""
-    g = _gen(5)
+    g = generator(5)
     cases = []
     for shape, p in (((8,), 0.5), ((3, 4), 0.1), ((2, 2, 5), 0.9)):
         cases.append({"x": torch.randn(shape, generator=g, dtype=D),

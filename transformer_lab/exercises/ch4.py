@@ -11,13 +11,10 @@ from __future__ import annotations
 import torch
 
 from transformer_lab import backprop
-from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.exercises import CheckResult, check_function, generator
 
 D = torch.float64
 
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # ---------------------------------------------------------------- 1. linear
@@ -27,7 +24,7 @@ def _ref_linear_grads(grad_out, x, weight):
 
 def check_linear_grads(fn) -> CheckResult:
     """``fn(grad_out (N, d_out), x (N, d_in), weight (d_out, d_in)) -> (grad_x, grad_weight, grad_bias)``."""
-    g = _gen(1)
+    g = generator(1)
     cases = [{"grad_out": torch.randn(n, o, generator=g, dtype=D), "x": torch.randn(n, i, generator=g, dtype=D),
               "weight": torch.randn(o, i, generator=g, dtype=D)} for n, i, o in ((4, 3, 5), (1, 2, 2), (7, 6, 3))]
     return check_function("linear_grads", fn, _ref_linear_grads, cases, atol=1e-10, rtol=1e-9)
@@ -40,7 +37,7 @@ def _ref_gelu_tanh_grad(x):
 
 def check_gelu_tanh_grad(fn) -> CheckResult:
     """``fn(x) -> GELU′(x)`` elementwise, for GELU(x) = ½ x (1 + tanh(√(2/π)(x + 0.044715 x³)))."""
-    g = _gen(2)
+    g = generator(2)
     cases = [{"x": torch.linspace(-6, 6, 49, dtype=D)}, {"x": torch.randn(3, 4, generator=g, dtype=D) * 2},
              {"x": torch.tensor([0.0, -20.0, 20.0], dtype=D)}]
     return check_function("gelu_tanh_grad", fn, _ref_gelu_tanh_grad, cases, atol=1e-10, rtol=1e-9)
@@ -53,7 +50,7 @@ def _ref_softmax_ce_grad(logits, targets):
 
 def check_softmax_ce_grad(fn) -> CheckResult:
     """``fn(logits (N, V), targets (N,)) -> (N, V)``: the gradient of the *mean* loss over the N rows."""
-    g = _gen(3)
+    g = generator(3)
     cases = [{"logits": torch.randn(4, 5, generator=g, dtype=D), "targets": torch.randint(0, 5, (4,), generator=g)},
              {"logits": torch.randn(1, 3, generator=g, dtype=D), "targets": torch.tensor([1])},
              {"logits": torch.tensor([[1000.0, 0.0, -1000.0], [5.0, 800.0, 1.0]], dtype=D),
@@ -68,7 +65,7 @@ def _ref_layer_norm_grad(grad_out, x, eps):
 
 def check_layer_norm_grad(fn) -> CheckResult:
     """``fn(grad_out (N, C), x (N, C), eps) -> (N, C)``: ∂L/∂x for y = (x − μ)/√(σ² + ε) over the last dim."""
-    g = _gen(4)
+    g = generator(4)
     cases = [{"grad_out": torch.randn(3, 6, generator=g, dtype=D), "x": torch.randn(3, 6, generator=g, dtype=D),
               "eps": 1e-5},
              {"grad_out": torch.randn(2, 4, generator=g, dtype=D), "x": torch.full((2, 4), 2.0, dtype=D),

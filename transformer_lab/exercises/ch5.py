@@ -14,11 +14,7 @@ from collections import Counter
 import torch
 
 from transformer_lab import information as info
-from transformer_lab.exercises import CheckResult, check_function
-
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+from transformer_lab.exercises import CheckResult, check_function, generator
 
 
 # ---------------------------------------------------------------- 1. cross-entropy from logits
@@ -28,7 +24,7 @@ def _ref_cross_entropy(logits, targets):
 
 def check_cross_entropy_from_logits(fn) -> CheckResult:
     """``fn(logits (N, V), targets (N,)) -> scalar``: mean of -log softmax(logits)[i, targets[i]], in nats."""
-    g = _gen(5)
+    g = generator(5)
     cases = [
         {"logits": torch.randn(4, 5, generator=g, dtype=torch.float64),
          "targets": torch.randint(0, 5, (4,), generator=g)},
@@ -48,7 +44,7 @@ def _ref_kl(p, q):
 
 def check_kl_div(fn) -> CheckResult:
     """``fn(p (..., V), q (..., V)) -> (...)``: Σ_i p_i log(p_i / q_i) in nats, with 0 · log(0 / q) = 0."""
-    g = _gen(6)
+    g = generator(6)
     p = torch.softmax(torch.randn(3, 6, generator=g, dtype=torch.float64), -1)
     q = torch.softmax(torch.randn(3, 6, generator=g, dtype=torch.float64), -1)
     cases = [

@@ -15,13 +15,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.exercises import CheckResult, check_function, generator
 
 D = torch.float64
 
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float) -> CheckResult:
@@ -45,7 +42,7 @@ def _ref_logsumexp(x):
 
 def check_stable_logsumexp(fn) -> CheckResult:
     """``fn(x (..., n)) -> (...)``: log(sum(exp(x))) over the last dimension, without overflow or underflow."""
-    g = _gen(7)
+    g = generator(7)
     groups = [
         ("ordinary logits", [{"x": torch.randn(5, generator=g, dtype=D)},
                              {"x": torch.randn(3, 4, 6, generator=g, dtype=D) * 3}],
@@ -71,7 +68,7 @@ def _ref_layer_norm(x, weight, bias, eps):
 def check_layer_norm_rows(fn) -> CheckResult:
     """``fn(x (..., C), weight (C,), bias (C,), eps) -> (..., C)``: (x - mean) / sqrt(var + eps) * weight + bias,
     with the population variance (divide by C) over the last dimension."""
-    g = _gen(8)
+    g = generator(8)
 
     def case(shape, eps=0.0, scale=1.0, offset=0.0):
         C = shape[-1]
@@ -104,7 +101,7 @@ def _ref_variance(x):
 def check_two_pass_variance(fn) -> CheckResult:
     """``fn(x (..., n)) -> (...)``: (1/n) sum_i (x_i - mean)^2 over the last dimension, in x's dtype, accurate to
     a relative 1e-4 in float32 even when the mean is 10^4 times the spread."""
-    g = _gen(9)
+    g = generator(9)
     groups = [
         ("float64 rows", [{"x": torch.randn(4, 10, generator=g, dtype=D) * 2 + 1},
                           {"x": torch.randn(7, generator=g, dtype=D)}],

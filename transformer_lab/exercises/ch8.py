@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
-from transformer_lab.exercises import CheckResult, check_function
+from transformer_lab.exercises import CheckResult, check_function, randn
 from transformer_lab.gpt import GPT, GPTConfig
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_count_params", "check_lm_windows"]
@@ -64,7 +64,7 @@ def check_attend_with_cache(fn) -> CheckResult:
     gen = torch.Generator().manual_seed(9)
 
     def r(*shape):
-        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+        return randn(gen, *shape)
 
     cases = [dict(q=r(1, 1, 1, 4), k_cache=r(1, 1, 3, 4), v_cache=r(1, 1, 3, 4), k_new=r(1, 1, 1, 4),
                   v_new=r(1, 1, 1, 4)),
