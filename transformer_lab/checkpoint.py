@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 FORMAT = "transformer_lab.checkpoint"
 VERSION = 1
@@ -83,6 +84,12 @@ def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _param_order(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> list[str]:
+    """The model's names of the optimizer's parameters, in the optimizer's order (its state is indexed by it)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+
+
 def save(path: str | Path, *, model: torch.nn.Module, meta: dict[str, Any],
          optimizer: torch.optim.Optimizer | None = None) -> Path:
     """Write ``model`` (and ``optimizer``'s state, if given) with the JSON-able ``meta``; returns the JSON path.
@@ -96,8 +103,7 @@ def save(path: str | Path, *, model: torch.nn.Module, meta: dict[str, Any],
     optim_json = None
     if optimizer is not None:
         sd = optimizer.state_dict()
-        names = {id(p): n for n, p in model.named_parameters()}
-        order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+        order = _param_order(optimizer, model)
         scalars: dict[str, dict[str, Any]] = {}
         for idx, st in sd["state"].items():
             pname = order[idx]
@@ -110,11 +116,10 @@ def save(path: str | Path, *, model: torch.nn.Module, meta: dict[str, Any],
         groups = [{k: v for k, v in g.items() if k != "params"} | {"params": [order[i] for i in g["params"]]}
                   for g in sd["param_groups"]]
         optim_json = {"param_groups": groups, "scalars": scalars}
-    tmp_weights = jpath.with_name(jpath.stem + ".weights.tmp")
-    _atomic_write(tmp_weights, lambda p: save_file(tensors, p, metadata={"format": FORMAT}))
-    digest = _file_sha256(tmp_weights)
+    data = safetensors_bytes(tensors, metadata={"format": FORMAT})  # the file's bytes, hashed before writing
+    digest = hashlib.sha256(data).hexdigest()
     wname = f"{jpath.stem}.{digest[:16]}.safetensors"
-    os.replace(tmp_weights, jpath.parent / wname)
+    _atomic_write(jpath.parent / wname, lambda p: Path(p).write_bytes(data))
     record = {"format": FORMAT, "version": VERSION, "weights": wname, "weights_sha256": digest,
               "optimizer": optim_json, **meta}
     text = json.dumps(record, indent=1, sort_keys=False)
@@ -186,8 +191,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, model: torch.nn.Modul
     if info is None:
         raise CheckpointError("this checkpoint holds no optimizer state (a weights-only checkpoint); "
                               "it can be sampled from but not resumed")
-    names = {id(p): n for n, p in model.named_parameters()}
-    order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    order = _param_order(optimizer, model)
     saved = [n for g in info["param_groups"] for n in g["params"]]
     if saved != order:
         raise CheckpointError("the checkpoint's optimizer parameter groups do not match this model's")
