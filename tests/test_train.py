@@ -4,6 +4,7 @@ and clear errors for corrupt, mismatched and foreign checkpoints."""
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,6 +87,28 @@ def _saved(tmp_path):
     trainer = Trainer(model, corpus, TC, checkpoint=tmp_path / "c.json", progress=False)
     trainer.run(until=8)
     return model, corpus, tmp_path / "c.json"
+
+
+@pytest.mark.parametrize("fail_on", ["safetensors", "json"])
+def test_an_interrupted_save_leaves_the_previous_checkpoint(tmp_path, monkeypatch, fail_on):
+    """A crash while writing either file leaves the earlier checkpoint readable and no stray files behind."""
+    model, _, path = _saved(tmp_path)
+    before = ckpt.read(path)[0]["step"]
+    files = sorted(tmp_path.iterdir())
+    real = Path.write_bytes if fail_on == "safetensors" else Path.write_text
+
+    def crash(self, data, *args, **kwargs):
+        real(self, data[: len(data) // 2], *args, **kwargs)  # half a file, then the machine stops
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_bytes" if fail_on == "safetensors" else "write_text", crash)
+    with torch.no_grad():
+        model.tok_emb.weight.add_(1.0)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save(path, model=model, meta={"config": json.loads(path.read_text())["config"], "step": 99})
+    monkeypatch.undo()
+    assert ckpt.read(path)[0]["step"] == before
+    assert sorted(tmp_path.iterdir()) == files
 
 
 def test_checkpoint_round_trip_restores_weights(tmp_path):

@@ -119,11 +119,18 @@ def save(path: str | Path, *, model: torch.nn.Module, meta: dict[str, Any],
     data = safetensors_bytes(tensors, metadata={"format": FORMAT})  # the file's bytes, hashed before writing
     digest = hashlib.sha256(data).hexdigest()
     wname = f"{jpath.stem}.{digest[:16]}.safetensors"
-    _atomic_write(jpath.parent / wname, lambda p: Path(p).write_bytes(data))
+    wpath = jpath.parent / wname
+    new_file = not wpath.exists()  # the same weights saved again keep their name
+    _atomic_write(wpath, lambda p: Path(p).write_bytes(data))
     record = {"format": FORMAT, "version": VERSION, "weights": wname, "weights_sha256": digest,
               "optimizer": optim_json, **meta}
     text = json.dumps(record, indent=1, sort_keys=False)
-    _atomic_write(jpath, lambda p: Path(p).write_text(text, encoding="utf-8"))
+    try:
+        _atomic_write(jpath, lambda p: Path(p).write_text(text, encoding="utf-8"))
+    except BaseException:  # the previous JSON still names the previous weights: drop the new, unreferenced file
+        if new_file:
+            wpath.unlink(missing_ok=True)
+        raise
     for old in jpath.parent.glob(f"{jpath.stem}.*.safetensors"):  # earlier saves, no longer referenced
         if old.name != wname:
             old.unlink(missing_ok=True)
