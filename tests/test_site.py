@@ -7,6 +7,7 @@ frame. Requests to any host but the local server are blocked and counted: the co
 
 import functools
 import http.server
+import re
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -126,3 +127,15 @@ def test_no_request_left_the_local_server():
     """Runs last in this module: every page above was loaded with off-host requests blocked and counted."""
     print(f"off-host requests: {len(OFF_HOST)}")
     assert OFF_HOST == [], f"{len(OFF_HOST)} off-host requests, e.g. {OFF_HOST[:5]}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_cell_outputs_render_their_markdown(page):
+    """Tables and math that cells display come out as HTML tables and typeset math, not as raw Markdown text
+    (MyST-NB renders text/markdown outputs as plain CommonMark unless told otherwise)."""
+    text = (HTML / page).read_text(encoding="utf8")
+    outputs = re.findall(r'<div class="cell_output docutils container">(.*?)</div>\s*</div>\s*</div>', text, re.S)
+    for out in outputs:
+        shown = re.sub(r"<script.*?</script>|<img[^>]*>|<pre>.*?</pre>", "", out, flags=re.S)
+        assert "|---" not in shown, f"{page}: a Markdown table shown as text"
+        assert not re.search(r"(?<!\\)\$[^$<\n]{1,200}\$", shown), f"{page}: $math$ shown as text"
