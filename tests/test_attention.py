@@ -117,6 +117,8 @@ def test_sdpa_is_causal_with_a_cache_offset_and_bad_use():
     ours, _ = scaled_dot_product_attention(query=q, key=k, value=v, is_causal=True)
     mask = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TOL)
+    one, _ = scaled_dot_product_attention(query=q[:, -1:], key=k, value=v, is_causal=True)  # one new token
+    torch.testing.assert_close(one, F.scaled_dot_product_attention(q[:, -1:], k, v), **TOL)
     with pytest.raises(ValueError, match="either mask or is_causal"):
         scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, is_causal=True)
     with pytest.raises(ValueError, match="T_k >= T_q"):

@@ -91,7 +91,8 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
         if T_k < T_q:
             raise ValueError(f"is_causal needs T_k >= T_q (the queries are the last T_q positions), got "
                              f"T_q={T_q}, T_k={T_k}")
-        mask = causal_mask(T_q, T_k, device=query.device)
+        # one query, the last position, sees every key: no mask at all (the common case when generating)
+        mask = causal_mask(T_q, T_k, device=query.device) if T_q > 1 else None
     elif mask is not None:
         _check_mask(mask, torch.Size((*batch, T_q, T_k)))
     if not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)):
