@@ -198,3 +198,16 @@ def test_train_config_validation():
     with pytest.raises(ValueError, match="too few for block_size"):
         Trainer(model, tiny, TC, progress=False)
     assert math.isfinite(evaluate_loss(model, Corpus.from_text(TEXT).val, block_size=16, max_windows=4))
+
+
+def test_compiled_training_equals_eager_up_to_round_off():
+    """Trainer(compile=True) fuses the same formulas with torch.compile: the same losses, step for step."""
+    tc = replace(TC, max_iters=3, eval_interval=3, warmup=1)
+    histories = []
+    for compile_ in (False, True):
+        model, corpus = _setup(tc)
+        trainer = Trainer(model, corpus, tc, progress=False, compile=compile_)
+        histories.append(trainer.run()["loss"])
+        assert (trainer.forward is model) is not compile_
+    assert len(histories[0]) == 3
+    assert histories[1] == pytest.approx(histories[0], rel=1e-4)

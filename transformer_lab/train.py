@@ -90,16 +90,21 @@ class Trainer:
     ``history["loss"]`` holds every step's training loss; ``history["eval"]`` the periodic evaluations
     ``{"step", "train", "val"}``. ``checkpoint``: a path ``NAME.json`` written at every evaluation.
     ``meta``: JSON-able facts stored in the checkpoint (e.g. the model config, under ``"config"``).
+    ``compile=True`` runs the training forward (and so its backward) through ``torch.compile``, which fuses the
+    components' small operations into a few generated kernels: the same formulas, faster once compiled (the first
+    step waits for the compiler), and equal to the uncompiled run up to float round-off.
     """
 
     def __init__(self, model: nn.Module, corpus: Corpus, config: TrainConfig = TrainConfig(), *,
-                 checkpoint: str | Path | None = None, meta: dict[str, Any] | None = None, progress: bool = True):
+                 checkpoint: str | Path | None = None, meta: dict[str, Any] | None = None, progress: bool = True,
+                 compile: bool = False):
         self.model, self.corpus, self.config = model, corpus, config
         self.checkpoint = None if checkpoint is None else ckpt.json_path(checkpoint)
         self.meta = dict(meta or {})
         self.meta.setdefault("config", asdict(model.config) if dataclasses.is_dataclass(
             getattr(model, "config", None)) else {})
         self.progress = progress
+        self.forward = torch.compile(model) if compile else model  # the training step's forward pass
         c = config
         for name, data in (("train", corpus.train), ("val", corpus.val)):
             if len(data) < c.block_size + 2:
@@ -172,7 +177,7 @@ class Trainer:
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One optimizer step on a batch; returns the loss before the step."""
         lr = self.schedule.apply(self.optimizer, self.step)  # η(s): warm-up, then cosine
-        logits = self.model(x)  # (B, T, V)
+        logits = self.forward(x)  # (B, T, V)
         loss = cross_entropy(logits, y)  # mean of -log p(y_t | x_{<=t})
         value = float(loss.detach())
         if not math.isfinite(value):
