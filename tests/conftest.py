@@ -40,3 +40,24 @@ def assert_rejected(checker, fn, *fragments: str):
     for fragment in fragments:
         assert fragment in result.message, result.message
     return result
+
+
+def wrong_answers(catalogue: dict) -> list:
+    """Parameters ``(name, wrong_fn, fragments)`` for every typical wrong answer in a chapter's ``CATALOGUE``
+    (``{exercise: {"wrong": [(fn, [message fragments]), ...], "right": [fn, ...]}}``)."""
+    return [pytest.param(name, fn, words, id=f"{name}-wrong{i}")
+            for name, entry in catalogue.items() for i, (fn, words) in enumerate(entry["wrong"])]
+
+
+def right_answers(catalogue: dict) -> list:
+    """Parameters ``(name, fn)`` for every correct alternative (another style than the solution's) in a
+    chapter's ``CATALOGUE``."""
+    return [pytest.param(name, fn, id=f"{name}-right{i}")
+            for name, entry in catalogue.items() for i, fn in enumerate(entry["right"])]
+
+
+def assert_accepted(checker, fn):
+    """``checker`` must accept ``fn``, a correct answer written in another style than the solution."""
+    result = checker(fn)
+    assert result.passed, f"{checker.__name__} rejected a correct answer: {result.message}"
+    return result

@@ -59,3 +59,20 @@ def test_notation_names_code_that_exists():
              for code in re.findall(r"`([^`]+)`", row) for part in re.findall(r"[A-Za-z_]\w*", code)]
     assert len(names) > 20
     assert not [n for n in names if n not in words]
+
+
+MIN_CLAIMS = 12
+"""The fewest guarded sentences a chapter may have (issue 11: every sentence about a figure or an experiment)."""
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_guards_its_sentences_in_hidden_cells(page):
+    """Every chapter guards the sentences about its results with ``claim`` (``transformer_lab.page``), in cells
+    that the website does not show; the build report counts them."""
+    import build
+
+    assert build.claim_counts()[page.stem] >= MIN_CLAIMS, f"{page.name} guards too few of its sentences"
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", page.read_text(), re.S | re.M):
+        if build.CLAIM_CALL.search(cell):
+            hidden = re.search(r"^:tags: \[[^\]]*remove-cell", cell, re.M)
+            assert hidden, f"{page.name}: a guard shows on the page:\n{cell}"

@@ -71,3 +71,12 @@ def test_launch_buttons_only_with_a_repository_url(tmp_path, capsys):
     built(with_url, capsys)
     page = (with_url / "_build" / "html" / "page.html").read_text()
     assert "https://mybinder.org/v2/gh/org/transformer-math-lab/" in page
+
+
+def test_claim_counts_count_guards_in_code_cells_only(tmp_path):
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "chapters" / "01-x.md").write_text(
+        HEADER + "We claim(nothing) in prose.\n\n```{code-cell} ipython3\n:tags: [remove-cell]\n\n"
+        "claim(a > b, 'a exceeds b')\nfor k in ks:\n    claim(k > 0, 'every k is positive')\npage.claim(1, 'x')\n"
+        "my_claim(2)\n```\n")
+    assert build.claim_counts(tmp_path) == {"01-x": 3}

@@ -1,5 +1,6 @@
 """The exercise-check machinery every chapter uses: messages that say what differs, the file checker, the CLI."""
 
+import importlib
 import sys
 import types
 
@@ -9,7 +10,15 @@ import torch
 
 from transformer_lab import exercises
 from transformer_lab.cli import main
-from transformer_lab.exercises import CheckResult, check_file, check_function, describe_difference
+from transformer_lab.exercises import (
+    CHAPTERS,
+    CheckResult,
+    check_file,
+    check_function,
+    describe_difference,
+    distinct_digits,
+    registry,
+)
 
 
 def reference_double(x):
@@ -50,7 +59,8 @@ def test_stub_and_signature_and_non_function():
         raise NotImplementedError
 
     assert "not written yet" in check_function("double", stub, reference_double, CASES).message
-    assert "should take (x)" in check_function("double", lambda a, b: a, reference_double, CASES).message
+    wrong_arity = check_function("double", lambda a, b: a, reference_double, CASES)
+    assert "should take 1 argument(s), in this order: (x)" in wrong_arity.message
     assert "expected a function" in check_function("double", 42, reference_double, CASES).message
 
 
@@ -95,3 +105,38 @@ def test_check_file_and_cli(fake_chapter, tmp_path, capsys):
     assert "not found" in capsys.readouterr().err
     assert main(["check", "42", str(good)]) == 2
     assert "no chapter 42" in capsys.readouterr().err
+
+
+MIN_WRONG, MIN_RIGHT = 4, 2
+
+
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_every_exercise_keeps_a_catalogue_of_typical_answers(chapter):
+    """Issue 11: each checker is tested on at least four typical wrong answers it must reject and two correct
+    alternatives it must accept, kept as ``CATALOGUE`` in ``tests/test_exercises_chN.py``."""
+    module = importlib.import_module(f"test_exercises_ch{chapter}")
+    catalogue = module.CATALOGUE
+    assert set(catalogue) == set(registry(chapter)), "every exercise, and only those, has a catalogue"
+    for name, entry in catalogue.items():
+        assert len(entry["wrong"]) >= MIN_WRONG, f"chapter {chapter}, {name}: {len(entry['wrong'])} wrong answers"
+        assert len(entry["right"]) >= MIN_RIGHT, f"chapter {chapter}, {name}: {len(entry['right'])} right answers"
+
+
+def test_student_functions_are_called_by_position_whatever_their_parameter_names():
+    def reference(logits, top_k):
+        return logits * top_k
+
+    cases = [{"logits": torch.ones(2), "top_k": 3}]
+    assert check_function("x", lambda a, b: a * b, reference, cases).passed
+    result = check_function("x", lambda a: a, reference, cases)
+    assert not result.passed and "2 argument(s), in this order: (logits, top_k)" in result.message
+
+
+def test_messages_print_enough_digits_and_name_a_wrong_type():
+    assert distinct_digits(0.001, 0.0010000003) == ("0.001", "0.0010000003")
+    msg = describe_difference(torch.tensor([0.001]), torch.tensor([0.0010001], dtype=torch.float64), atol=0, rtol=0)
+    assert "got 0.001, expected 0.0010001" in msg
+    assert describe_difference(3.0, 3) == "output must be an int, got float 3.0"
+    assert describe_difference(True, 3) == "output must be an int, got bool True"
+    assert "must hold integers" in describe_difference(torch.tensor([1.0]), torch.tensor([1]))
+    assert describe_difference(3, 3) is None and describe_difference(np.int64(3), 3) is None

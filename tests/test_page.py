@@ -4,6 +4,7 @@ import inspect
 
 import pytest
 import sympy as sp
+import torch
 
 from transformer_lab import page
 from transformer_lab.norm import layer_norm
@@ -79,3 +80,17 @@ def test_show_steps_keeps_labels_as_text_with_sub_and_superscripts_as_math(shown
     page.show_steps([("mean of x_i", sp.Integer(0)), ("sum of x^2", sp.Integer(1))])
     assert [obj.data for obj, _ in shown] == [r"\text{mean of x}_{i}\text{}: \quad 0",
                                                r"\text{sum of x}^{2}\text{}: \quad 1"]
+
+
+def test_claim_passes_silently_and_fails_quoting_the_sentence_and_evidence():
+    page.claim(True, "one is one")
+    page.claim(torch.tensor(True), "a one-element tensor is a truth value")
+    with pytest.raises(page.ClaimFailed, match=r"“momentum damps the zig-zag”.*evidence: 3\.5"):
+        page.claim(1 > 2, "momentum damps the zig-zag", evidence=3.5)
+
+
+def test_claim_refuses_an_empty_sentence_and_an_ambiguous_condition():
+    with pytest.raises(ValueError, match="sentence"):
+        page.claim(True, "  ")
+    with pytest.raises(TypeError, match="single truth value"):
+        page.claim(torch.tensor([True, False]), "several values are no claim")

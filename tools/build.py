@@ -41,6 +41,17 @@ def execution_reports(html_dir: Path, since: float = 0.0) -> list[str]:
     return out
 
 
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.S | re.M)
+CLAIM_CALL = re.compile(r"(?<!\w)claim\(")
+
+
+def claim_counts(root: Path = ROOT) -> dict[str, int]:
+    """How many sentences each chapter guards: the ``claim(...)`` calls (``transformer_lab.page.claim``) in its
+    code cells, by page name. A call inside a loop guards each frame it visits but is counted once here."""
+    return {page.stem: sum(len(CLAIM_CALL.findall(cell)) for cell in CODE_CELL.findall(page.read_text()))
+            for page in sorted((root / "chapters").glob("*.md"))}
+
+
 def run(root: Path, extra: list[str], html_dir: Path) -> int:
     t0, started = time.perf_counter(), time.time()
     proc = subprocess.run([*JB, "build", str(root), "-W", "-n", "--keep-going", *extra], cwd=root,
@@ -59,6 +70,9 @@ def run(root: Path, extra: list[str], html_dir: Path) -> int:
         print("\n" + r)
     if proc.returncode and not warnings and not reports:
         print("\n".join(log.splitlines()[-40:]))
+    counts = claim_counts(root)
+    print("guarded claims per page: " + ", ".join(f"{page} {n}" for page, n in counts.items())
+          + f" ({sum(counts.values())} in all)")
     took = time.perf_counter() - t0
     status = "built" if proc.returncode == 0 else "FAILED"
     print(f"{status} {html_dir} in {took:.0f} s: {executed} notebook(s) executed, {cached} from cache, "

@@ -5,7 +5,9 @@ Every page imports these instead of defining its own copy:
 * :func:`show_source` prints the source of a package object, exactly as it is in ``transformer_lab``;
 * :func:`show_equations` typesets ``lhs = expression`` lines from SymPy expressions;
 * :func:`show_steps` typesets a derivation, one ``label: expression`` line per step;
-* :func:`table` displays a table, from rows of cells or from a dict ``{name: value}`` (a check's result).
+* :func:`table` displays a table, from rows of cells or from a dict ``{name: value}`` (a check's result);
+* :func:`claim` guards a sentence of the prose: the page's build fails, quoting the sentence, when the
+  computation it describes stops bearing it out.
 
 IPython is imported only when something is displayed: the package does not depend on it, the pages (which run in
 a Jupyter kernel) do.
@@ -22,9 +24,34 @@ from typing import Any
 
 import sympy as sp
 
-__all__ = ["markdown_table", "show_equations", "show_source", "show_steps", "table"]
+__all__ = ["ClaimFailed", "claim", "markdown_table", "show_equations", "show_source", "show_steps", "table"]
 
 Rows = Mapping[str, Any] | Iterable[Sequence[Any]]
+
+
+class ClaimFailed(AssertionError):
+    """A sentence of a page that its own computation no longer bears out."""
+
+
+def claim(condition: Any, sentence: str, *, evidence: Any = None) -> None:
+    """Guard one sentence of the prose by the computation it describes.
+
+    Put the call in a ``remove-cell`` right after the computation, with the sentence as it is written on the page
+    (or its exact content): ``claim(ratio > 100, "the plain stack loses the gradient at the default gain",
+    evidence=ratio)``. When ``condition`` is false (a default, a seed or a component changed), this raises
+    :class:`ClaimFailed` quoting the sentence and the evidence, so the book's build fails at the sentence it
+    falsified. ``tools/build.py`` counts these guards per page.
+    """
+    if not isinstance(sentence, str) or not sentence.strip():
+        raise ValueError("claim needs the sentence it guards, as a non-empty string")
+    try:
+        holds = bool(condition)
+    except Exception as exc:  # e.g. the truth value of a tensor with several elements
+        raise TypeError(f"claim: the condition for {sentence!r} must be a single truth value, "
+                        f"got {type(condition).__name__} ({exc})") from exc
+    if not holds:
+        shown = "" if evidence is None else f" (evidence: {evidence})"
+        raise ClaimFailed(f"the page says “{sentence}”, but its computation no longer shows it{shown}")
 
 
 def show_source(obj: Any) -> None:

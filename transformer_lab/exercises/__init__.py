@@ -85,6 +85,9 @@ def describe_difference(got: Any, expected: Any, *, atol: float = 1e-6, rtol: fl
             if msg:
                 return msg
         return None
+    wrong_type = _integer_mismatch(got, expected, what)
+    if wrong_type:
+        return wrong_type
     e, g = _as_array(expected), _as_array(got)
     if e is None:
         return None if got == expected else f"{what} should be {expected!r}, got {got!r}"
@@ -109,33 +112,70 @@ def describe_difference(got: Any, expected: Any, *, atol: float = 1e-6, rtol: fl
     bad = err > atol + rtol * np.abs(np.where(np.isinf(e), 0, e))
     if bad.any():
         idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad, err, -1)), e.shape)) if e.ndim else ()
-        return (f"{what} differs in {int(bad.sum())} of {e.size} entries; worst at {idx}: got {g[idx]:.6g}, "
-                f"expected {e[idx]:.6g} (|diff| = {err[idx]:.3g}, tolerance {atol:g} + {rtol:g}·|expected|)")
+        shown_g, shown_e = distinct_digits(g[idx], e[idx])
+        return (f"{what} differs in {int(bad.sum())} of {e.size} entries; worst at {idx}: got {shown_g}, "
+                f"expected {shown_e} (|diff| = {err[idx]:.3g}, tolerance {atol:g} + {rtol:g}·|expected|)")
+    return None
+
+
+def distinct_digits(got: float, expected: float) -> tuple[str, str]:
+    """``got`` and ``expected`` printed with the fewest significant digits (at least 6) that tell them apart, so
+    that a message never reads "got 0.001, expected 0.001"."""
+    for digits in range(6, 18):
+        a, b = f"{got:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            return a, b
+    return repr(float(got)), repr(float(expected))
+
+
+def _integer_mismatch(got: Any, expected: Any, what: str) -> str | None:
+    """A sentence when ``expected`` is an integer (a Python int, or an integer tensor or array) and ``got`` is
+    not: a float that happens to equal it is still the wrong type for a count or an index."""
+    if isinstance(expected, bool | np.bool_):
+        return None
+    if isinstance(expected, int | np.integer):
+        if isinstance(got, bool) or not isinstance(got, int | np.integer):
+            return f"{what} must be an int, got {type(got).__name__} {got!r}"
+        return None
+    e_int = (isinstance(expected, torch.Tensor) and not expected.is_floating_point() and expected.dtype != torch.bool
+             ) or (isinstance(expected, np.ndarray) and np.issubdtype(expected.dtype, np.integer))
+    g_float = (isinstance(got, torch.Tensor) and got.is_floating_point()) or (
+        isinstance(got, np.ndarray) and np.issubdtype(got.dtype, np.floating))
+    if e_int and g_float:
+        return f"{what} must hold integers (like {expected.dtype}), got {got.dtype}"
     return None
 
 
 def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable[dict], *,
                    atol: float = 1e-6, rtol: float = 1e-5, compare: Callable | None = None) -> CheckResult:
-    """Call ``fn`` and ``reference`` on each case (a dict of keyword arguments) and compare the results.
+    """Call ``fn`` and ``reference`` on each case and compare the results.
 
+    A case is a dict of the reference's arguments by name; ``fn`` gets them by position, so a student's function
+    passes whatever it names its parameters (only the reference's keyword-only parameters go by name).
     ``compare(got, expected) -> str | None`` replaces :func:`describe_difference` where an exercise needs its
     own notion of "equal" (e.g. a sample's statistics). Inputs are cloned so ``fn`` cannot change them.
     """
     if not callable(fn):
         return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
     params = inspect.signature(reference).parameters
+    keyword = {p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY}
+    required = [p for p in params if params[p].default is inspect.Parameter.empty and p not in keyword]
     try:
-        inspect.signature(fn).bind(**{p: None for p in params if params[p].default is inspect.Parameter.empty})
+        inspect.signature(fn).bind(*[None] * len(required), **{p: None for p in keyword
+                                                                if params[p].default is inspect.Parameter.empty})
     except TypeError:
         want = ", ".join(params)
-        return CheckResult(name, False, f"{getattr(fn, '__name__', 'function')} should take ({want})")
+        return CheckResult(name, False, f"{getattr(fn, '__name__', 'function')} should take {len(required)} "
+                                        f"argument(s), in this order: ({want})")
     except ValueError:  # builtins without a signature: just try them
         pass
     n = 0
     for n, case in enumerate(cases, start=1):
         shown = ", ".join(f"{k}={_short(v)}" for k, v in case.items())
         try:
-            got = fn(**_clone(case))
+            args = _clone(case)  # by position, in the reference's order: the student may name them as they like
+            got = fn(*(args[p] for p in params if p in args and p not in keyword),
+                     **{p: args[p] for p in keyword if p in args})
         except NotImplementedError:
             return CheckResult(name, False, "not written yet: replace `raise NotImplementedError` with your code")
         except Exception as exc:  # a student's bug: report it, do not crash the notebook
