@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.autograd import gradcheck
 
 from transformer_lab.backprop import (
+    STACKS,
     GELUFn,
     LayerNormFn,
     LinearFn,
@@ -30,6 +31,7 @@ from transformer_lab.backprop import (
     relu_backward,
     softmax_cross_entropy,
     softmax_cross_entropy_backward,
+    stack_gradient_norms,
 )
 from transformer_lab.derivations import ch4
 
@@ -209,3 +211,32 @@ def test_bad_targets(targets, match):
         softmax_cross_entropy(rand(3, 5), targets)
     with pytest.raises(ValueError, match=match):
         softmax_cross_entropy_backward(rand(3, 5), targets)
+
+
+def _stack_autograd_norms(weights, h0, g_out, stack, gain, eps=1e-5):
+    """The same stack written with torch ops only; ‖∂L/∂h_l‖ from autograd (L = Σ g_out ⊙ h_L)."""
+    hs = [h0.clone().requires_grad_(True)]
+    scale = 1 / math.sqrt(len(weights)) if stack == "residual 1/√L" else 1.0
+    for w in weights:
+        inp = F.layer_norm(hs[-1], (w.shape[1],), eps=eps) if stack == "pre-LN residual" else hs[-1]
+        f = F.gelu(inp @ (gain * w).T)
+        hs.append(f if stack == "plain" else hs[-1] + scale * f)
+        hs[-1].retain_grad()
+    hs[0].retain_grad()
+    (hs[-1] * g_out).sum().backward()
+    return torch.stack([h.grad.norm() for h in hs])
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("gain", [0.5, 1.5, 3.0])
+def test_stack_gradient_norms_match_autograd(stack, gain):
+    weights = [rand(6, 6, seed=i, scale=1 / math.sqrt(6)) for i in range(5)]
+    h0, g_out = rand(4, 6, seed=10), rand(4, 6, seed=11)
+    ours = stack_gradient_norms(weights, h0, g_out, stack=stack, gain=gain)
+    assert ours.shape == (6,)
+    torch.testing.assert_close(ours, _stack_autograd_norms(weights, h0, g_out, stack, gain), **TOL)
+
+
+def test_stack_gradient_norms_rejects_unknown_stack():
+    with pytest.raises(ValueError, match="stack must be one of"):
+        stack_gradient_norms([rand(3, 3)], rand(2, 3), rand(2, 3), stack="post-LN")

@@ -17,6 +17,44 @@ def test_relu_one_sided_derivatives_differ_at_zero():
     assert d["left_derivative"] == 0
 
 
+def test_relu_subdifferential_is_derived_not_typed():
+    d = ch4.relu_at_zero()
+    assert d["from_right"] == sp.Interval(-sp.oo, 1)  # s h ≤ h for every h > 0
+    assert d["from_left"] == sp.Interval(0, sp.oo)  # s h ≤ 0 for every h < 0
+    assert d["subdifferential"] == sp.Interval(0, 1)
+    assert d["derivative"] == sp.Heaviside(ch4.x)
+    assert d["sympy_at_zero"] == sp.Rational(1, 2)  # SymPy's convention, neither 0 (PyTorch) nor 1
+
+
+def test_gelu_slope_shape():
+    d = ch4.gelu_slope_shape()
+    assert d["second_difference"] == 0
+    assert d["peak_x"] == sp.sqrt(2)
+    assert d["symmetry"] == 1 and d["limit"] == 1
+    assert abs(float(d["crossing"]) - 0.7517915246935645) < 1e-15
+    assert abs(float(d["peak"]) - 1.1289041451851) < 1e-12
+    assert abs(float(d["minimum"]) + 0.1699712074799037) < 1e-15
+    assert abs(float(ch4.gelu_exact_derivative()["derivative"].subs(ch4.x, d["crossing"])) - 1) < 1e-25
+
+
+def test_softmax_ce_via_chapter2_jacobian():
+    assert ch4.softmax_ce_gradient(3)["via_jacobian_difference"] == [0, 0, 0]
+
+
+def test_layer_norm_gradient_along_ones_and_xhat():
+    d = ch4.layer_norm_gradient(3)
+    assert d["gradient_difference"].is_zero_matrix
+    assert d["along_ones"] == 0  # orthogonal to 1 for every ε
+    assert d["along_xhat_difference"] == 0  # x̂ᵀ∇ = ε r³ ĝᵀx̂: orthogonal to x̂ only at ε = 0
+    assert d["along_xhat_rhs"].subs(d["eps"], 0) == 0
+
+
+def test_mlp_chain_rule_all_five_gradients():
+    d = ch4.mlp_chain_rule()
+    for k in ("W1", "x", "b1", "W2", "b2"):
+        assert d[f"difference_{k}"].is_zero_matrix, k
+
+
 def test_softmax_ce_gradient_is_p_minus_y():
     assert ch4.softmax_ce_gradient(3)["difference"] == [0, 0, 0]
 

@@ -150,6 +150,38 @@ def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.T
     return grad_x, (grad_out * xhat).sum(lead), grad_out.sum(lead)  # ∂L/∂γ = Σ G ⊙ x̂, ∂L/∂β = Σ G
 
 
+# ---------------------------------------------------------------- a deep stack (the chapter's depth figure)
+STACKS = ("plain", "residual", "residual 1/√L", "pre-LN residual")
+
+
+def stack_gradient_norms(weights, h0: torch.Tensor, grad_out: torch.Tensor, *, stack: str = "plain",
+                         gain: float = 1.0, eps: float = 1e-5) -> torch.Tensor:
+    """‖∂L/∂h_l‖ (Frobenius) for l = 0..L through L layers of width C, by the backward passes above.
+
+    weights: L tensors (C, C); h0, grad_out = ∂L/∂h_L: (N, C). With f(h) = GELU(h (gain·W_l)ᵀ), layer l is
+    ``"plain"``: h_{l+1} = f(h_l);  ``"residual"``: h_l + f(h_l);  ``"residual 1/√L"``: h_l + f(h_l)/√L;
+    ``"pre-LN residual"``: h_l + f(LN(h_l)) (LayerNorm without γ, β). Returns a tensor of L + 1 norms.
+    """
+    if stack not in STACKS:
+        raise ValueError(f"stack must be one of {STACKS}, got {stack!r}")
+    scale = 1.0 / math.sqrt(len(weights)) if stack == "residual 1/√L" else 1.0
+    hs, ins, pre = [h0], [], []
+    for w in weights:  # forward, caching what backward needs
+        inp = layer_norm(hs[-1], None, None, eps) if stack == "pre-LN residual" else hs[-1]
+        z = inp @ (gain * w).T
+        ins.append(inp)
+        pre.append(z)
+        hs.append(gelu(z) if stack == "plain" else hs[-1] + scale * gelu(z))
+    g, norms = grad_out, [grad_out.norm()]
+    for w, z, inp, h in zip(reversed(weights), reversed(pre), reversed(ins), reversed(hs[:-1]), strict=True):
+        g_in = linear_backward(gelu_backward(scale * g, z), inp, gain * w, bias=False)[0]  # through f
+        if stack == "pre-LN residual":
+            g_in = layer_norm_backward(g_in, h, None, eps)[0]  # through LN
+        g = g_in if stack == "plain" else g + g_in  # residual: the identity path adds the upstream gradient
+        norms.append(g.norm())
+    return torch.stack(norms[::-1])
+
+
 # ---------------------------------------------------------------- as autograd Functions (for gradcheck)
 class LinearFn(torch.autograd.Function):
     """y = x Wᵀ + b whose backward is :func:`linear_backward`."""

@@ -32,6 +32,23 @@ def gelu_exact_derivative() -> dict[str, sp.Expr]:
 
 
 @functools.cache
+def gelu_slope_shape() -> dict[str, object]:
+    """The shape of GELU′: GELU″ = φ(x)(2 − x²), so GELU′ peaks at x = √2; GELU′(x) + GELU′(−x) = 1 (since
+    Φ(x) + Φ(−x) = 1 and φ is even); GELU′ → 1 as x → ∞. ``crossing`` (GELU′ = 1, x > 0) is found with ``nsolve``
+    (30 digits), and by the symmetry −``crossing`` is where GELU′ = 0, GELU's minimum."""
+    d = gelu_exact_derivative()
+    second = sp.factor(sp.simplify(sp.diff(d["derivative"], x)))
+    critical = sp.solve(second, x)
+    peak_x = max(critical)
+    crossing = sp.nsolve(d["derivative"] - 1, x, 0.75, prec=30)
+    return {"second": second, "second_difference": sp.simplify(second - d["phi"] * (2 - x**2)),
+            "critical": critical, "peak_x": peak_x, "peak": d["derivative"].subs(x, peak_x),
+            "symmetry": sp.simplify(d["derivative"] + d["derivative"].subs(x, -x)),
+            "limit": sp.limit(d["derivative"], x, sp.oo), "crossing": crossing,
+            "minimum": d["gelu"].subs(x, -crossing).evalf(30)}
+
+
+@functools.cache
 def gelu_tanh_derivative() -> dict[str, sp.Expr]:
     """GELU_tanh(x) = ½ x (1 + tanh u), u = √(2/π)(x + 0.044715 x³) ⇒ ½(1 + tanh u) + ½ x (1 − tanh² u) u′."""
     c = sp.Rational(44715, 1000000)
@@ -45,13 +62,23 @@ def gelu_tanh_derivative() -> dict[str, sp.Expr]:
 
 
 @functools.cache
-def relu_at_zero() -> dict[str, sp.Expr]:
-    """ReLU = max(0, x): derivative 0 for x < 0, 1 for x > 0; at 0 the one-sided limits differ (1 vs 0)."""
+def relu_at_zero() -> dict[str, object]:
+    """ReLU = max(0, x): one-sided derivatives 0 and 1 at 0, and its subdifferential there, derived.
+
+    The subdifferential ∂f(0) is the set of slopes s with f(h) ≥ f(0) + s h for every h. For h > 0 (a positive
+    symbol) the inequality solves to s ≤ 1, for h < 0 to s ≥ 0; ∂ReLU(0) is the intersection. SymPy's own
+    derivative, Heaviside(x), takes the value ½ at 0: a convention of SymPy's, not a derivative.
+    """
     h = sp.Symbol("h", real=True)
     relu = sp.Max(0, x)
     quotient = (relu.subs(x, h) - relu.subs(x, 0)) / h
-    return {"relu": relu, "derivative": sp.diff(relu, x), "right_derivative": sp.limit(quotient, h, 0, "+"),
-            "left_derivative": sp.limit(quotient, h, 0, "-"), "subdifferential": sp.Interval(0, 1)}
+    s = sp.Symbol("s", real=True)
+    pos, neg = sp.Symbol("h", positive=True), sp.Symbol("h", negative=True)
+    below = [sp.solveset(relu.subs(x, t) - relu.subs(x, 0) - s * t >= 0, s, sp.Reals) for t in (pos, neg)]
+    derivative = sp.diff(relu, x)
+    return {"relu": relu, "derivative": derivative, "sympy_at_zero": derivative.subs(x, 0),
+            "right_derivative": sp.limit(quotient, h, 0, "+"), "left_derivative": sp.limit(quotient, h, 0, "-"),
+            "from_right": below[0], "from_left": below[1], "subdifferential": sp.Intersection(*below)}
 
 
 @functools.cache
@@ -65,8 +92,12 @@ def softmax_ce_gradient(n: int = 3) -> dict[str, object]:
     raw = [sp.simplify(sp.diff(loss, zj)) for zj in z]
     on_simplex = [sp.simplify(r.subs(y[-1], 1 - sum(y[:-1]))) for r in raw]  # use Σ yᵢ = 1
     target = [sp.simplify((pj - yj).subs(y[-1], 1 - sum(y[:-1]))) for pj, yj in zip(p, y, strict=True)]
+    # the same by the vector chain rule through chapter 2's Jacobian: ∂L/∂z = Jᵀ ∂L/∂p, J = diag(p) − p pᵀ
+    jac = sp.Matrix(n, n, lambda i, j: (p[i] if i == j else 0) - p[i] * p[j])
+    via_jac = jac.T * sp.Matrix([-yi / pi for yi, pi in zip(y, p, strict=True)])  # ∂L/∂pᵢ = −yᵢ/pᵢ
     return {"z": z, "y": y, "p": p, "loss": loss, "gradient": raw,
-            "difference": [sp.simplify(a - b) for a, b in zip(on_simplex, target, strict=True)]}
+            "difference": [sp.simplify(a - b) for a, b in zip(on_simplex, target, strict=True)],
+            "jacobian": jac, "via_jacobian_difference": [sp.simplify(a - b) for a, b in zip(via_jac, raw, strict=True)]}
 
 
 @functools.cache
@@ -84,14 +115,22 @@ def layer_norm_gradient(n: int = 3) -> dict[str, object]:
     grad = jac.T * sp.Matrix(g)  # chain rule: ∂L/∂x = Jᵀ ĝ
     mean_g, mean_gx = sum(g) / n, sum(gi * xi for gi, xi in zip(g, xhat, strict=True)) / n
     grad_form = sp.Matrix([r * (g[j] - mean_g - xhat[j] * mean_gx) for j in range(n)])
+    # ε > 0: the gradient is orthogonal to 1 but not to x̂: x̂ᵀ ∂L/∂x = ε r² · r ĝᵀx̂, since Σ x̂ⱼ² = C(1 − ε r²)
+    along_xhat = sum(xh * gj for xh, gj in zip(xhat, grad, strict=True))
+    along_ones = sum(grad)
+    xhat_rhs = eps * r**2 * r * sum(gi * xh for gi, xh in zip(g, xhat, strict=True))
     return {"x": xs, "g": g, "eps": eps, "xhat": xhat, "r": r, "jacobian": jac, "jacobian_form": jac_form,
             "jacobian_difference": (jac - jac_form).applyfunc(sp.simplify), "gradient": grad,
-            "gradient_form": grad_form}
+            "gradient_form": grad_form, "gradient_difference": (grad - grad_form).applyfunc(sp.simplify),
+            "along_ones": sp.simplify(along_ones), "along_xhat": along_xhat, "along_xhat_rhs": xhat_rhs,
+            "along_xhat_difference": sp.simplify(along_xhat - xhat_rhs)}
 
 
 @functools.cache
 def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
-    """L = c · (W₂ f(W₁x + b₁) + b₂) for any differentiable f ⇒ ∂L/∂W₁ = ((W₂ᵀc) ⊙ f′(h)) xᵀ, ∂L/∂x = W₁ᵀ((W₂ᵀc) ⊙ f′(h))."""
+    """L = c · (W₂ f(W₁x + b₁) + b₂), f an undefined SymPy function: each of the five gradients, differentiated
+    directly, equals its chain-rule form (δ = (W₂ᵀc) ⊙ f′(h)): ∂L/∂W₁ = δ xᵀ, ∂L/∂b₁ = δ, ∂L/∂x = W₁ᵀ δ,
+    ∂L/∂W₂ = c f(h)ᵀ, ∂L/∂b₂ = c. An instance of the sizes (default 2 × 2), for every f."""
     f = sp.Function("f")
     W1 = sp.Matrix(d_hidden, d_model, lambda i, j: sp.Symbol(f"W1_{i}{j}", real=True))
     W2 = sp.Matrix(d_model, d_hidden, lambda i, j: sp.Symbol(f"W2_{i}{j}", real=True))
@@ -107,10 +146,14 @@ def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
     s = sp.Symbol("s", real=True)
     fprime = h.applyfunc(lambda hi: sp.diff(f(s), s).subs(s, hi))  # f′(h) elementwise
     delta = (W2.T * c).multiply_elementwise(fprime)  # ∂L/∂h = (W₂ᵀ c) ⊙ f′(h)
+    direct = {"W1": direct_W1, "x": direct_x,
+              "b1": sp.Matrix(d_hidden, 1, lambda i, _: sp.diff(loss, b1[i])),
+              "W2": sp.Matrix(d_model, d_hidden, lambda i, j: sp.diff(loss, W2[i, j])),
+              "b2": sp.Matrix(d_model, 1, lambda i, _: sp.diff(loss, b2[i]))}
+    chain = {"W1": delta * xv.T, "x": W1.T * delta, "b1": delta, "W2": c * h.applyfunc(f).T, "b2": c}
     return {"f": f, "W1": W1, "W2": W2, "b1": b1, "b2": b2, "x": xv, "c": c, "loss": loss, "delta": delta,
-            "direct_W1": direct_W1, "chain_W1": delta * xv.T, "direct_x": direct_x, "chain_x": W1.T * delta,
-            "difference_W1": (direct_W1 - delta * xv.T).applyfunc(sp.simplify),
-            "difference_x": (direct_x - W1.T * delta).applyfunc(sp.simplify)}
+            "direct_W1": direct_W1, "chain_W1": chain["W1"], "direct_x": direct_x, "chain_x": chain["x"],
+            **{f"difference_{k}": (direct[k] - chain[k]).applyfunc(sp.simplify) for k in direct}}
 
 
 def check(seed: int = 0) -> dict[str, float]:
