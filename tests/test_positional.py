@@ -197,3 +197,77 @@ def test_counting_bad_input():
         P.head_partitions(10, 3)
     with pytest.raises(ValueError, match="d_model must be a positive integer"):
         P.valid_head_counts(0)
+
+
+# ---------------------------------------------------------------- frequencies: the slowest is base^{-(d-2)/d}
+@pytest.mark.parametrize("d_model", [2, 8, 64, 128])
+def test_slowest_frequency_is_base_to_minus_d_minus_2_over_d(d_model):
+    omega = P.sinusoidal_frequencies(d_model, dtype=torch.float64)
+    assert omega[0].item() == 1.0
+    assert math.isclose(omega[-1].item(), 10000.0 ** (-(d_model - 2) / d_model), rel_tol=1e-14)
+    assert omega[-1].item() > 1 / 10000  # 1/base is reached only as d_model -> infinity
+
+
+# ---------------------------------------------------------------- learned positions
+def test_learned_positions_rows_and_gradient():
+    torch.manual_seed(0)
+    lp = P.LearnedPositions(10, 4)
+    assert lp.weight.shape == (10, 4)
+    assert abs(lp.weight.std().item() - 0.02) < 0.01  # N(0, 0.02²)
+    pos = torch.tensor([[0, 3, 9], [2, 2, 5]])
+    out = lp(pos)
+    assert out.shape == (2, 3, 4)
+    torch.testing.assert_close(out, lp.weight[pos], rtol=0, atol=0)
+    out.sum().backward()  # each row's gradient counts how often the position occurs
+    counts = torch.bincount(pos.flatten(), minlength=10).to(lp.weight.dtype)
+    torch.testing.assert_close(lp.weight.grad, counts[:, None].expand(10, 4), rtol=0, atol=0)
+
+
+def test_learned_positions_bad_input():
+    lp = P.LearnedPositions(4, 2)
+    with pytest.raises(ValueError, match="no row for position 4"):
+        lp(torch.arange(5))
+    with pytest.raises(ValueError, match="integer"):
+        lp(torch.zeros(3))
+    with pytest.raises(ValueError, match="n_pos must be a positive integer"):
+        P.LearnedPositions(0, 2)
+
+
+# ---------------------------------------------------------------- ALiBi against its closed form
+def test_alibi_slopes_closed_form():
+    for H in (1, 2, 4, 8, 16):  # powers of 2: m_h = 2^{-8h/H}
+        expected = torch.tensor([2.0 ** (-8 * h / H) for h in range(1, H + 1)], dtype=torch.float64)
+        torch.testing.assert_close(P.alibi_slopes(H, dtype=torch.float64), expected, rtol=0, atol=0)
+    torch.testing.assert_close(P.alibi_slopes(8, dtype=torch.float64),  # Press et al.: 1/2, 1/4, …, 1/256
+                               torch.tensor([1 / 2 ** h for h in range(1, 9)], dtype=torch.float64), rtol=0, atol=0)
+    # not a power of 2 (the authors' code): the 4 slopes of H' = 4, then every other slope of 2H' = 8
+    torch.testing.assert_close(P.alibi_slopes(6, dtype=torch.float64),
+                               torch.tensor([2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3], dtype=torch.float64),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("T", "T_k", "H"), [(1, 1, 1), (5, 5, 4), (2, 7, 8), (3, 3, 6)])
+def test_alibi_bias_closed_form(T, T_k, H):
+    bias = P.alibi_bias(T, T_k, n_head=H, dtype=torch.float64)
+    assert bias.shape == (H, T, T_k)
+    m = P.alibi_slopes(H, dtype=torch.float64)
+    for h in range(H):
+        for i in range(T):
+            for j in range(T_k):
+                assert bias[h, i, j].item() == m[h].item() * (j - (i + T_k - T))
+    visible = P.causal_mask(T, T_k)
+    assert (bias[:, visible] <= 0).all()  # a penalty on every key the causal mask lets a query see
+    assert (bias.diagonal(offset=T_k - T, dim1=1, dim2=2) == 0).all()  # distance 0: no penalty
+
+
+def test_alibi_scores_shift_invariant_and_float32():
+    # the bias depends on j - i only: the last T queries of T_k see the same biases as a fresh sequence
+    torch.testing.assert_close(P.alibi_bias(3, 9, n_head=4)[:, :, 6:], P.alibi_bias(3, n_head=4), rtol=0, atol=0)
+    assert P.alibi_bias(4, n_head=2, dtype=torch.float32).dtype == torch.float32
+
+
+def test_alibi_bad_input():
+    with pytest.raises(ValueError, match="n_head must be a positive integer"):
+        P.alibi_slopes(0)
+    with pytest.raises(ValueError, match="T_k must be >= T"):
+        P.alibi_bias(4, 2, n_head=2)

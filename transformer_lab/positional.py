@@ -1,9 +1,12 @@
-"""Combinatorics of order (chapter 6): sinusoidal and rotary positions, the causal mask, counting helpers.
+"""Combinatorics of order (chapter 6): learned, sinusoidal, rotary and ALiBi positions, the causal mask, counting.
 
+* ``LearnedPositions``     a trained table P (n_pos, d_model): position t gets row P[t]; no row beyond n_pos - 1
 * ``sinusoidal_encoding``  PE(pos, 2i) = sin(pos · ω_i),  PE(pos, 2i+1) = cos(pos · ω_i),  ω_i = base^{-2i/d}
 * ``relative_rotation``    R(k) with PE(pos + k) = R(k) · PE(pos): block-diagonal 2×2 rotations by k·ω_i
 * ``apply_rope``           rotary encoding: pair (x_{2i}, x_{2i+1}) of token m rotated by the angle m·ω_i, so
                            ⟨RoPE(q, m), RoPE(k, n)⟩ depends on m - n only
+* ``alibi_slopes``, ``alibi_bias``  ALiBi: head h adds m_h · (j - i) to the score of query i and key j,
+                           m_h = 2^{-8h/H} (h = 1 … H, H a power of 2)
 * ``causal_mask``          bool (T, T_k), True where query i may attend to key j (j <= i + T_k - T)
 * counting                 ``causal_pairs(n) = n(n+1)/2`` of ``attention_pairs(n) = n²``; head splits of d_model
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
 
 def _check_positive_int(value, name: str) -> None:
@@ -111,6 +115,68 @@ def causal_mask(T: int, T_k: int | None = None, *, device=None) -> torch.Tensor:
     i = torch.arange(T, device=device)[:, None]  # (T, 1) queries
     j = torch.arange(T_k, device=device)[None, :]  # (1, T_k) keys
     return j <= i + (T_k - T)  # (T, T_k)
+
+
+class LearnedPositions(nn.Module):
+    """Learned absolute positions (GPT-2): a table P (n_pos, d_model) ~ N(0, std²), trained with the model.
+
+    ``forward(positions)``: integer positions (...), each in 0 … n_pos-1 -> rows P[positions] (..., d_model).
+    A position the table has no row for is an error: a learned table cannot encode a position it never had.
+    """
+
+    def __init__(self, n_pos: int, d_model: int, *, std: float = 0.02):
+        super().__init__()
+        _check_positive_int(n_pos, "n_pos")
+        _check_positive_int(d_model, "d_model")
+        self.n_pos, self.d_model = n_pos, d_model
+        self.weight = nn.Parameter(torch.randn(n_pos, d_model) * std)  # P (n_pos, d_model)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
+            raise ValueError("positions must be an integer torch.Tensor")
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= self.n_pos):
+            raise ValueError(f"positions must lie in [0, n_pos={self.n_pos}): a learned table has no row for "
+                             f"position {int(positions.max()) if int(positions.min()) >= 0 else int(positions.min())}")
+        return self.weight[positions]  # (..., d_model)
+
+    def extra_repr(self) -> str:
+        return f"n_pos={self.n_pos}, d_model={self.d_model}"
+
+
+def alibi_slopes(n_head: int, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """ALiBi's head slopes (Press et al., 2022).  -> (n_head,).
+
+    For H a power of 2: m_h = 2^{-8h/H}, h = 1 … H (a geometric sequence from 2^{-8/H} down to 2^{-8}). Otherwise,
+    as in the authors' code: the slopes for the largest power of 2, H' < H, then every other slope of 2H'.
+    """
+    _check_positive_int(n_head, "n_head")
+
+    def power_of_two(H: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / H) for h in range(1, H + 1)]
+
+    H = 2 ** math.floor(math.log2(n_head))
+    slopes = power_of_two(H) + power_of_two(2 * H)[0::2][:n_head - H]
+    return torch.tensor(slopes, dtype=torch.float64).to(dtype or torch.get_default_dtype())
+
+
+def alibi_bias(T: int, T_k: int | None = None, *, n_head: int, device=None,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
+    """ALiBi's additive score bias, (n_head, T, T_k): entry (h, i, j) = m_h · (j - i'), i' = i + T_k - T.
+
+    i' is query i's absolute position (the queries are the last T of T_k, as in :func:`causal_mask`). For the
+    keys a causal model lets it see, j <= i', the bias is -m_h · (distance) <= 0: a linear penalty on distance.
+    Add it to the scores before the softmax, together with the causal mask (the bias is > 0 where j > i').
+    """
+    _check_positive_int(T, "T")
+    T_k = T if T_k is None else T_k
+    _check_positive_int(T_k, "T_k")
+    if T_k < T:
+        raise ValueError(f"T_k must be >= T (the queries are the last T of T_k positions), got T={T}, T_k={T_k}")
+    dtype = dtype or torch.get_default_dtype()
+    i = torch.arange(T, device=device, dtype=dtype)[:, None] + (T_k - T)  # (T, 1) absolute query positions
+    j = torch.arange(T_k, device=device, dtype=dtype)[None, :]  # (1, T_k)
+    m = alibi_slopes(n_head, dtype=dtype).to(device)[:, None, None]  # (H, 1, 1)
+    return m * (j - i)  # (H, T, T_k)
 
 
 # ---------------------------------------------------------------- counting
