@@ -1,7 +1,9 @@
 """Chapter 2 exercises (probability): a stable softmax, nucleus filtering, and the chain rule in log space.
 
-Each ``check_<name>(fn)`` compares a student's function with ours on random float64 inputs (huge logits, ties,
-length-1 sequences included) and returns a :class:`~transformer_lab.exercises.CheckResult` saying what differs.
+Each ``check_<name>(fn)`` compares a student's function with ours on float64 inputs (random rows, logits of
+±1000 and more, tied logits, rows whose maximum is not the first entry, a nucleus that reaches ``top_p`` exactly,
+length-1 sequences) and returns a :class:`~transformer_lab.exercises.CheckResult` saying what differs, with a hint
+for the typical mistake where the failing case points to one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from transformer_lab.softmax import softmax as _softmax
 __all__ = ["EXERCISES", "check_sequence_log_prob", "check_stable_softmax", "check_top_p_filter"]
 
 
-
 def _softmax_reference(z):
     return _softmax(z, dim=-1)
 
@@ -29,11 +30,32 @@ def _softmax_cases(seed: int = 0):
     yield {"z": torch.tensor([[-800.0, -801.0, -799.0]], dtype=torch.float64)}  # every exp underflows to 0
     yield {"z": torch.tensor([[0.0, 1.0, 2.0], [-900.0, -899.0, -901.0]], dtype=torch.float64)}  # rows far apart
     yield {"z": torch.tensor([[0.5], [-3.0]], dtype=torch.float64)}  # one-token vocabulary
+    # a shift by the row minimum, mean or first entry leaves an exponent of +1000 in one of these rows
+    yield {"z": torch.tensor([[0.0, -1000.0], [-1000.0, 0.0], [0.0, -2000.0]], dtype=torch.float64)}
+    yield {"z": torch.tensor([[2.0, 2.0, -1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)}  # tied maxima
+
+
+_SHIFT_HINT = {7: " (hint: shift each row by its own maximum, so that every exponent is <= 0; a shift by the "
+                  "row's minimum, mean or first entry still leaves an exponent of +1000 here)",
+               3: " (hint: exp(1000) overflows; subtract each row's maximum before exp)",
+               5: " (hint: one maximum for the whole batch leaves a row far below it with exp = 0 everywhere: "
+                  "use each row's own maximum, amax(dim=-1, keepdim=True))"}
+
+
+def _with_hint(result: CheckResult, hints: dict[int, str]) -> CheckResult:
+    """``result`` with the hint for its failing case appended (the message ends in "(on case n: ...)")."""
+    if result.passed:
+        return result
+    for case, hint in hints.items():
+        if f"on case {case}:" in result.message:
+            return CheckResult(result.name, False, result.message + hint)
+    return result
 
 
 def check_stable_softmax(fn) -> CheckResult:
-    """``stable_softmax(z)``: softmax over the last dimension that survives logits of ±1000."""
-    return check_function("stable_softmax", fn, _softmax_reference, _softmax_cases(), atol=1e-12, rtol=1e-10)
+    """``stable_softmax(z)``: softmax over the last dimension that survives logits of ±1000 in any position."""
+    result = check_function("stable_softmax", fn, _softmax_reference, _softmax_cases(), atol=1e-12, rtol=1e-10)
+    return _with_hint(result, _SHIFT_HINT)
 
 
 def _top_p_reference(logits, top_p):
@@ -47,11 +69,26 @@ def _top_p_cases(seed: int = 1):
     yield {"logits": randn(gen, 4, 20, scale=2), "top_p": 0.9}
     yield {"logits": randn(gen, 3, 10), "top_p": 1.0}  # keeps everything
     yield {"logits": randn(gen, 6, 8, scale=3), "top_p": 0.05}  # keeps only the most probable token
+    # probabilities exactly [.5, .25, .125, .125] (tied last two): the first two reach p = .75 exactly, so the
+    # nucleus is those two; a strict "mass > p" rule keeps a third token
+    yield {"logits": torch.log(torch.tensor([0.125, 0.5, 0.125, 0.25], dtype=torch.float64)), "top_p": 0.75}
+    yield {"logits": torch.tensor([[1.0, 1.0, 0.0, -5.0], [3.0, -1.0, 3.0, 0.0]], dtype=torch.float64),
+           "top_p": 0.6}  # ties inside the nucleus: every tied token is kept or dropped together
+
+
+_TOP_P_HINT = {6: " (hint: keep a token while the mass of the tokens ranked above it is < top_p; here the first "
+                  "two tokens reach 0.75 exactly, so the nucleus has 2 tokens, not 3)",
+               2: " (hint: sort by probability, descending, before the cumulative sum, and put the mask back in "
+                  "the original token order)"}
 
 
 def check_top_p_filter(fn) -> CheckResult:
-    """``top_p_filter(logits, top_p)``: -inf outside the smallest most-probable set whose mass reaches top_p."""
-    return check_function("top_p_filter", fn, _top_p_reference, _top_p_cases(), atol=1e-12, rtol=1e-12)
+    """``top_p_filter(logits, top_p)``: -inf outside the smallest most-probable set whose mass reaches top_p.
+
+    Ties at the boundary of the nucleus (where the order among equal probabilities would decide) are not tested.
+    """
+    result = check_function("top_p_filter", fn, _top_p_reference, _top_p_cases(), atol=1e-12, rtol=1e-12)
+    return _with_hint(result, _TOP_P_HINT)
 
 
 def _seq_reference(logits, tokens):
@@ -64,11 +101,24 @@ def _seq_cases(seed: int = 2):
     yield {"logits": randn(gen, 3, 5, 9, scale=3), "tokens": torch.randint(0, 9, (3, 5), generator=gen)}
     yield {"logits": randn(gen, 2, 30) * 300 + 800, "tokens": torch.randint(0, 30, (2,), generator=gen)}  # huge
     yield {"logits": randn(gen, 1, 4), "tokens": torch.tensor([3])}  # length-1 sequence
+    # the chosen token sits 800 below the maximum: log(softmax) takes the log of exp(-800) = 0 and gives -inf
+    yield {"logits": torch.tensor([[0.0, -800.0, 3.0], [1.0, 1.0, 1.0]], dtype=torch.float64),
+           "tokens": torch.tensor([1, 2])}
+
+
+_SEQ_HINT = {5: " (hint: log(softmax(z)) is -inf when a probability rounds to 0; use z - logsumexp(z), i.e. "
+                "log_softmax)",
+             1: " (hint: logits[..., t, :] scores tokens[..., t]; sum log-probabilities over t, do not multiply "
+                "probabilities or average)"}
 
 
 def check_sequence_log_prob(fn) -> CheckResult:
-    """``sequence_log_prob(logits, tokens)``: Σ_t log softmax(logits[t])[tokens[t]], logits (..., T, V) -> (...)."""
-    return check_function("sequence_log_prob", fn, _seq_reference, _seq_cases(), atol=1e-9, rtol=1e-10)
+    """``sequence_log_prob(logits, tokens)``: Σ_t log softmax(logits[..., t, :])[tokens[..., t]], (..., T, V) -> (...).
+
+    ``logits[..., t, :]`` is the model's score for the token ``tokens[..., t]`` (already aligned: no shift).
+    """
+    result = check_function("sequence_log_prob", fn, _seq_reference, _seq_cases(), atol=1e-9, rtol=1e-10)
+    return _with_hint(result, _SEQ_HINT)
 
 
 EXERCISES = {"stable_softmax": check_stable_softmax, "top_p_filter": check_top_p_filter,
