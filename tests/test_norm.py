@@ -170,3 +170,16 @@ def test_without_gradients_the_same_values():
         without = layer_norm(x, w, b)
     assert with_graph.grad_fn is not None and without.grad_fn is None
     torch.testing.assert_close(without, with_graph.detach(), atol=0, rtol=0)
+
+
+def test_second_derivative_raises_instead_of_being_wrong():
+    # the hand-written backward is first-order only (nn.LayerNorm supports double backward): asking for a second
+    # derivative must fail loudly, not return a wrong Hessian
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(layer_norm(x, w).pow(3).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        g.sum().backward()
+    (g_ref,) = torch.autograd.grad(torch.nn.functional.layer_norm(x, (4,), w).pow(3).sum(), x, create_graph=True)
+    torch.testing.assert_close(g, g_ref, atol=1e-12, rtol=1e-12)  # the first derivative is right
+    torch.autograd.grad(g_ref.sum(), x)  # the reference does support a second derivative

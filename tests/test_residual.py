@@ -5,7 +5,14 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_lab.residual import ARRANGEMENTS, PostLNResidual, PreLNResidual, depth_profile, make_block
+from transformer_lab.residual import (
+    ARRANGEMENTS,
+    PostLNResidual,
+    PreLNResidual,
+    depth_profile,
+    make_block,
+    output_sensitivity,
+)
 
 TOL64 = {"atol": 1e-10, "rtol": 1e-10}
 
@@ -79,6 +86,29 @@ def test_depth_profiles():
     assert depth_profile("residual", n_layer=L, d_model=32, n_tokens=128, gain=0.7)["gradient_rms"][0] > 1
 
 
+def test_post_ln_has_the_smallest_input_gradient_at_gain_1():
+    # chapter 7's figure: at initialisation post-LN's profile is the tamest; its trouble is not the size of the
+    # gradient reaching the input
+    prof = {a: depth_profile(a, n_layer=32, d_model=32, n_tokens=64) for a in ARRANGEMENTS}
+    g0 = {a: p["gradient_rms"][0].item() for a, p in prof.items()}
+    assert g0["post-ln"] < g0["pre-ln"] < g0["residual"]
+    assert 1 < g0["post-ln"] < 3
+
+
+def test_output_sensitivity_amplification():
+    # Liu et al. 2020: post-LN's output moves more under a small change of every weight, more so with depth
+    sens = {(a, n): output_sensitivity(a, n_layer=n, d_model=32, n_tokens=64) for a in ("post-ln", "pre-ln")
+            for n in (1, 64)}
+    for a in ("post-ln", "pre-ln"):
+        assert 0.5e-2 < sens[(a, 1)] < 2e-2  # one block: about delta
+    assert sens[("post-ln", 64)] > 3 * sens[("pre-ln", 64)]
+    assert sens[("post-ln", 64)] > 5 * sens[("post-ln", 1)]
+    # the change is linear in delta for small delta
+    half = output_sensitivity("pre-ln", n_layer=4, d_model=32, n_tokens=64, delta=0.005)
+    full = output_sensitivity("pre-ln", n_layer=4, d_model=32, n_tokens=64, delta=0.01)
+    assert 1.8 < full / half < 2.2
+
+
 @pytest.mark.parametrize(("call", "match"), [
     (lambda: PreLNResidual(0, nn.Identity()), "d_model must be a positive int"),
     (lambda: PostLNResidual(4, "not callable"), "sublayer must be callable"),
@@ -89,6 +119,9 @@ def test_depth_profiles():
     (lambda: depth_profile("pre-ln", n_layer=0), "n_layer must be a positive int"),
     (lambda: depth_profile("pre-ln", n_layer=2, gain=0.0), "gain must be > 0"),
     (lambda: depth_profile("diagonal", n_layer=2), "arrangement must be one of"),
+    (lambda: output_sensitivity("pre-ln", n_layer=2, delta=0.0), "delta must be > 0"),
+    (lambda: output_sensitivity("pre-ln", n_layer=True), "n_layer must be a positive int"),
+    (lambda: output_sensitivity("sideways", n_layer=2), "arrangement must be one of"),
 ])
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):

@@ -8,7 +8,9 @@ per-feature scale ``weight`` (gamma) and shift ``bias`` (beta):
 
 It equals ``torch.nn.LayerNorm`` in value and gradient. The forward pass takes the mean, then the mean square of
 ``x - mean`` (two passes; ``torch.var_mean`` is several times slower on a CPU) and ``torch.rsqrt``, and writes few
-temporaries, because the capstone calls it twice per block.
+temporaries, because the capstone calls it twice per block. The backward pass is written by hand and is
+first-order only: a second derivative through it (double backward, ``create_graph=True``) raises, where
+``nn.LayerNorm`` supports one; use ``torch.nn.functional.layer_norm`` for Hessian-vector products.
 """
 
 from __future__ import annotations
@@ -58,7 +60,11 @@ def _normalize(x, weight, bias, eps):
 
 
 class _LayerNormFunction(torch.autograd.Function):
-    """Forward and backward of LayerNorm by the formulas of chapter 7 (statistics in float32 for 16-bit x)."""
+    """Forward and backward of LayerNorm by the formulas of chapter 7 (statistics in float32 for 16-bit x).
+
+    The backward reads saved tensors that autograd did not record, so it is marked ``once_differentiable``:
+    differentiating it again raises a ``RuntimeError`` instead of returning a wrong second derivative.
+    """
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
@@ -103,7 +109,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     ``nn.LayerNorm``; ``weight`` / ``bias`` of ``None`` mean 1 / 0. Returns a tensor shaped like ``x``.
     The variance is computed in two passes (mean first, then the mean square of ``x - mean``), which does not
     cancel catastrophically the way ``E[x^2] - E[x]^2`` does; float16 / bfloat16 inputs are reduced in float32.
-    The gradient is the closed form derived in chapter 7 (equal to autograd's and ``nn.LayerNorm``'s).
+    The gradient is the closed form derived in chapter 7 (equal to autograd's and ``nn.LayerNorm``'s); it is
+    first-order only (a second derivative raises ``RuntimeError``; ``F.layer_norm`` supports one).
     """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"layer_norm: x must be a torch.Tensor, got {type(x).__name__}")

@@ -8,7 +8,8 @@ residual stream does:
 * **post-LN** (the original Transformer): ``LN(x + F(x))`` -- every block renormalises the stream.
 
 :func:`depth_profile` measures, for a stack of blocks, the activation and gradient size at every depth: the
-numbers behind chapter 7's figure on vanishing and exploding signals.
+numbers behind chapter 7's figure on vanishing and exploding signals. :func:`output_sensitivity` measures how much
+a small change of every weight moves the stack's output (the "amplification effect" of Liu et al., 2020).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch import nn
 
 from .norm import LayerNorm
 
-__all__ = ["ARRANGEMENTS", "PostLNResidual", "PreLNResidual", "depth_profile", "make_block"]
+__all__ = ["ARRANGEMENTS", "PostLNResidual", "PreLNResidual", "depth_profile", "make_block", "output_sensitivity"]
 
 ARRANGEMENTS = ("plain", "residual", "post-ln", "pre-ln")
 """Ways to stack a sub-layer F: ``F(x)``, ``x + F(x)``, ``LN(x + F(x))``, ``x + F(LN(x))``."""
@@ -95,6 +96,32 @@ def make_block(arrangement: str, d_model: int, sublayer: Callable[[torch.Tensor]
             "pre-ln": lambda: PreLNResidual(d_model, sublayer)}[arrangement]()
 
 
+def _mlp_weights(n_layer: int, C: int, gain: float, g: torch.Generator, dtype: torch.dtype):
+    """``W_1 ~ N(0, 2 / C)`` (He: keeps the mean square through a ReLU) and ``W_2 ~ N(0, gain^2 / C)``,
+    each (n_layer, C, C), so that ``F(v) = relu(v W_1) W_2`` multiplies the rms of ``v`` by about ``gain``."""
+    W1 = torch.randn(n_layer, C, C, generator=g, dtype=dtype) * (2.0 / C) ** 0.5  # Var(W_1) = 2 / C
+    W2 = torch.randn(n_layer, C, C, generator=g, dtype=dtype) * (gain / C**0.5)  # Var(W_2) = gain^2 / C
+    return W1, W2
+
+
+def _stack(arrangement: str, x: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor) -> list[torch.Tensor]:
+    """``[x_0, x_1, ..., x_L]``: ``x`` (N, C) pushed through one block of ``arrangement`` per layer of weights."""
+    xs = [x]
+    for l in range(W1.shape[0]):
+        F = lambda v, l=l: torch.relu(v @ W1[l]) @ W2[l]  # noqa: E731  F(v) = relu(v W_1) W_2
+        xs.append(make_block(arrangement, x.shape[-1], F).to(x.dtype)(xs[-1]))  # the arrangement's block around F
+    return xs
+
+
+def _check_profile_args(fn: str, arrangement: str, n_layer, gain) -> None:
+    if arrangement not in ARRANGEMENTS:
+        raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {arrangement!r}")
+    if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
+        raise ValueError(f"{fn}: n_layer must be a positive int, got {n_layer!r}")
+    if not gain > 0:
+        raise ValueError(f"{fn}: gain must be > 0, got {gain}")
+
+
 def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens: int = 256, gain: float = 1.0,
                   seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Push random tokens through ``n_layer`` blocks of ``arrangement`` and measure every depth.
@@ -106,22 +133,35 @@ def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens
     Returns ``{"activation_rms": (n_layer + 1,), "gradient_rms": (n_layer + 1,)}``: the root mean square of the
     stream ``x_l`` and of ``dLoss/dx_l`` at the input (index 0) and after every block.
     """
-    if not isinstance(n_layer, int) or n_layer < 1:
-        raise ValueError(f"depth_profile: n_layer must be a positive int, got {n_layer!r}")
-    if not gain > 0:
-        raise ValueError(f"depth_profile: gain must be > 0, got {gain}")
+    _check_profile_args("depth_profile", arrangement, n_layer, gain)
     g = torch.Generator().manual_seed(seed)
-    C = d_model
-    W1 = torch.randn(n_layer, C, C, generator=g, dtype=dtype) * (2.0 / C) ** 0.5  # He: Var(W_1) = 2 / C
-    W2 = torch.randn(n_layer, C, C, generator=g, dtype=dtype) * (gain / C**0.5)  # Var(W_2) = gain^2 / C
-    x = torch.randn(n_tokens, C, generator=g, dtype=dtype)  # (N, C) unit-variance input
-    r = torch.randn(n_tokens, C, generator=g, dtype=dtype)
-    xs = [x.requires_grad_()]
-    for l in range(n_layer):
-        F = lambda v, l=l: torch.relu(v @ W1[l]) @ W2[l]  # noqa: E731  F(v) = relu(v W_1) W_2
-        out = make_block(arrangement, C, F).to(dtype)(xs[-1])  # the arrangement's block around F
-        out.retain_grad()
-        xs.append(out)
+    W1, W2 = _mlp_weights(n_layer, d_model, gain, g, dtype)
+    x = torch.randn(n_tokens, d_model, generator=g, dtype=dtype)  # (N, C) unit-variance input
+    r = torch.randn(n_tokens, d_model, generator=g, dtype=dtype)
+    xs = _stack(arrangement, x.requires_grad_(), W1, W2)
+    for t in xs[1:]:
+        t.retain_grad()
     (xs[-1] * r).sum().backward()
     rms = lambda t: t.detach().pow(2).mean().sqrt()  # noqa: E731
     return {"activation_rms": torch.stack([rms(t) for t in xs]), "gradient_rms": torch.stack([rms(t.grad) for t in xs])}
+
+
+@torch.no_grad()
+def output_sensitivity(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens: int = 256,
+                       gain: float = 1.0, delta: float = 0.01, seed: int = 0) -> float:
+    """How much a small random change of every weight changes the output of the stack: the amplification effect.
+
+    The stack is :func:`depth_profile`'s (same sub-layers, float32). Every weight matrix ``W`` becomes
+    ``W + delta * W'`` with ``W'`` an independent draw of the same distribution (a relative change of about
+    ``delta``, like one optimiser step), and the result is ``rms(x_L(W + dW) - x_L(W)) / rms(x_L(W))``.
+    """
+    _check_profile_args("output_sensitivity", arrangement, n_layer, gain)
+    if not delta > 0:
+        raise ValueError(f"output_sensitivity: delta must be > 0, got {delta}")
+    g = torch.Generator().manual_seed(seed)
+    W1, W2 = _mlp_weights(n_layer, d_model, gain, g, torch.float32)
+    x = torch.randn(n_tokens, d_model, generator=g)  # (N, C)
+    D1, D2 = _mlp_weights(n_layer, d_model, gain, g, torch.float32)  # the direction of the change
+    before = _stack(arrangement, x, W1, W2)[-1]  # x_L(W)
+    after = _stack(arrangement, x, W1 + delta * D1, W2 + delta * D2)[-1]  # x_L(W + dW)
+    return ((after - before).pow(2).mean().sqrt() / before.pow(2).mean().sqrt()).item()
