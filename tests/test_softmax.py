@@ -95,10 +95,19 @@ def test_temperature_limits_symbolic():
     assert lim["limit_T_to_0"] == [1, 0, 0]
     assert lim["limit_T_to_oo"] == [sp.Rational(1, 3)] * 3
     assert lim["shift_difference"] == sp.zeros(3, 1)
+    assert ch2.temperature_limit_tied()["limit_T_to_0"] == [sp.Rational(1, 2), sp.Rational(1, 2), 0]
+
+
+def test_temperature_to_zero_with_tied_maxima_numerically():
+    z = torch.tensor([2.0, 2.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(softmax(z / 1e-3), torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64), **TOL)
 
 
 def test_chain_rule_and_cross_entropy_symbolic():
-    assert ch2.chain_rule(3, 2)["difference"] == 0
+    for n, vocab in ((3, 2), (2, 3)):  # every sequence of the table, not one
+        differences = ch2.chain_rule(n, vocab)["differences"]
+        assert len(differences) == vocab**n
+        assert set(differences.values()) == {0}
     assert ch2.cross_entropy_one_hot(4, 2)["difference"] == 0
     z = rnd(5, 7, seed=7)
     y = torch.tensor([0, 6, 3, 3, 1])

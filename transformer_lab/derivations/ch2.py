@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["chain_rule", "check", "cross_entropy_one_hot", "logits_symbols", "shift_invariance",
-           "softmax_jacobian_derivation", "softmax_symbolic", "temperature_limits"]
+           "softmax_jacobian_derivation", "softmax_symbolic", "temperature_limit_tied",
+           "temperature_limits"]
 
 
 def logits_symbols(n: int = 3) -> list[sp.Symbol]:
@@ -64,12 +65,20 @@ def temperature_limits() -> dict:
             "limit_T_to_oo": [sp.limit(pi, T, sp.oo) for pi in p]}
 
 
-def chain_rule(n: int = 3, vocab: int = 2) -> dict:
-    """``P(w_1 … w_n) = Π_t P(w_t | w_<t)`` for a general joint distribution over ``vocab^n`` sequences.
+def temperature_limit_tied() -> dict:
+    """Two tied maxima: logits (z_1, z_1, z_1 - b) with b > 0. As T → 0⁺ the tied tokens share the mass, 1/2 each."""
+    T, b = sp.symbols("T b", positive=True)
+    p = softmax_symbolic([sp.Integer(0), sp.Integer(0), -b / T])  # after subtracting z_1 / T
+    return {"T": T, "b": b, "p": p, "limit_T_to_0": [sp.limit(pi, T, 0, "+") for pi in p]}
 
-    The joint table is a set of symbols p_{w1…wn}; marginals are sums of it, each conditional is a ratio of
-    marginals, and the product of conditionals telescopes to the joint entry over the table's sum, which is 1
-    (``difference``, with that constraint substituted, is 0).
+
+def chain_rule(n: int = 3, vocab: int = 2) -> dict:
+    """``P(w_1 … w_n) = Π_t P(w_t | w_<t)`` for a general joint distribution over all ``vocab^n`` sequences.
+
+    The joint table is a set of positive symbols p_{w1…wn}; marginals are sums of it, each conditional is a ratio
+    of marginals, and for EVERY sequence w the product of its conditionals telescopes to p_w over the table's sum,
+    which is 1. Returns the last sequence's steps (``sequence``, ``joint``, ``conditionals``, ``product``) for
+    display, and ``differences``: {w: product - p_w with the constraint Σ p = 1 substituted}, each 0.
     """
     seqs = list(itertools.product(range(vocab), repeat=n))
     joint = {s: sp.Symbol("p_" + "".join(map(str, s)), positive=True) for s in seqs}
@@ -77,13 +86,16 @@ def chain_rule(n: int = 3, vocab: int = 2) -> dict:
     def marginal(prefix: tuple) -> sp.Expr:
         return sum(joint[s] for s in seqs if s[:len(prefix)] == prefix)
 
-    w = seqs[-1]
-    conditionals = [marginal(w[:t + 1]) / marginal(w[:t]) for t in range(n)]
-    product = sp.Mul(*conditionals)  # telescopes to joint[w] / (sum of the whole table)
+    def conditionals(w: tuple) -> list[sp.Expr]:
+        return [marginal(w[:t + 1]) / marginal(w[:t]) for t in range(n)]  # P(w_t | w_<t) = P(w_≤t) / P(w_<t)
+
     first = joint[seqs[0]]
     normalised = {first: 1 - (marginal(()) - first)}  # the table sums to 1
-    return {"sequence": w, "joint": joint[w], "conditionals": conditionals, "product": sp.simplify(product),
-            "difference": sp.simplify(product.subs(normalised) - joint[w])}
+    differences = {w: sp.simplify(sp.Mul(*conditionals(w)).subs(normalised) - joint[w].subs(normalised))
+                   for w in seqs}
+    w = seqs[-1]
+    return {"sequence": w, "joint": joint[w], "conditionals": conditionals(w),
+            "product": sp.simplify(sp.Mul(*conditionals(w))), "differences": differences}
 
 
 def cross_entropy_one_hot(n: int = 3, target: int = 0) -> dict:
