@@ -266,3 +266,37 @@ def test_decay_groups_bad_input():
         decay_groups(nn.Linear(2, 2), -1.0)
     with pytest.raises(ValueError, match="no trainable"):
         decay_groups(nn.ReLU(), 0.1)
+
+
+def test_non_finite_gradient_in_a_later_group_changes_nothing():
+    """A NaN in group 2 raises before group 1 is touched: every parameter, moment and step counter unchanged."""
+    model = tiny_model()
+    opt = AdamW(decay_groups(model, 0.1), lr=1e-2)
+    x, y = batches(1)[0]
+    train_step(model, opt, x, y)  # a state to preserve
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state_before = copy.deepcopy(opt.state_dict())
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x).reshape(-1, 11), y.reshape(-1)).backward()
+    bad = opt.param_groups[1]["params"][-1]  # a 1-D tensor: the second (not decayed) group
+    bad.grad[0] = math.nan
+    with pytest.raises(ValueError, match="non-finite gradient"):
+        opt.step()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    after = opt.state_dict()
+    assert after["state"].keys() == state_before["state"].keys()
+    for i, s in state_before["state"].items():
+        assert after["state"][i]["step"] == s["step"]
+        assert torch.equal(after["state"][i]["exp_avg"], s["exp_avg"])
+        assert torch.equal(after["state"][i]["exp_avg_sq"], s["exp_avg_sq"])
+
+
+def test_bad_lr_in_a_later_group_creates_no_state():
+    p, q = nn.Parameter(torch.zeros(3)), nn.Parameter(torch.zeros(2))
+    opt = AdamW([{"params": [p]}, {"params": [q]}], lr=1e-3)
+    opt.param_groups[1]["lr"] = math.nan
+    p.grad, q.grad = torch.ones(3), torch.ones(2)
+    with pytest.raises(ValueError, match="learning rate"):
+        opt.step()
+    assert len(opt.state) == 0 and torch.equal(p.detach(), torch.zeros(3))

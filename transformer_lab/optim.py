@@ -12,7 +12,9 @@ gradient g at step t = 1, 2, ...::
 It is a :class:`torch.optim.Optimizer`, so ``state_dict()`` / ``load_state_dict()`` work; per-parameter state
 is ``step`` (an int), ``exp_avg`` (m) and ``exp_avg_sq`` (v). The update runs with ``torch._foreach_*`` ops
 over the tensors of a group (no Python loop over elements), in chunks of about ``_CHUNK`` numbers so that each
-chunk's parameters, gradients and moments stay in the CPU's cache through all ten operations.
+chunk's parameters, gradients and moments stay in the CPU's cache through all eight ``_foreach`` operations
+(seven without decay). Which tensors decay is chosen by the parameter groups (:func:`decay_groups` puts those
+with two or more dimensions in the decayed one); ``AdamW`` applies each group's ``weight_decay`` as given.
 """
 
 from __future__ import annotations
@@ -72,49 +74,62 @@ class AdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One AdamW update of every parameter that has a gradient; returns ``closure()`` if given."""
+        """One AdamW update of every parameter that has a gradient; returns ``closure()`` if given.
+
+        Every group is validated first (learning rate, gradient shapes and, with ``check_finite``, finiteness):
+        when one check fails, no parameter, moment or step counter of any group has changed.
+        """
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            lr = group["lr"]
-            if not (math.isfinite(lr) and lr >= 0):  # a schedule may set lr = 0 at its end, never below
-                raise ValueError(f"learning rate must be finite and >= 0 during training, got {lr!r}")
-            params, grads, ms, vs, steps = [], [], [], [], []
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise ValueError("AdamW does not support sparse gradients")
-                if p.grad.shape != p.shape:
-                    raise ValueError(f"gradient shape {tuple(p.grad.shape)} does not match parameter shape "
-                                     f"{tuple(p.shape)}")
+        work = [(group, self._with_grad(group)) for group in self.param_groups]  # validate everything first
+        if self.check_finite:
+            self._check_finite([p for _, params in work for p in params])
+        for group, params in work:  # then update, group by group
+            steps = []
+            for p in params:
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                for key in ("exp_avg", "exp_avg_sq"):
-                    if state[key].shape != p.shape:
-                        raise ValueError(f"state {key!r} has shape {tuple(state[key].shape)}, parameter has "
-                                         f"{tuple(p.shape)} (a state_dict from another model?)")
                 state["step"] = int(state["step"]) + 1  # t ← t + 1 (a torch AdamW state holds a tensor)
-                params.append(p)
-                grads.append(p.grad)
-                ms.append(state["exp_avg"])
-                vs.append(state["exp_avg_sq"])
                 steps.append(state["step"])
-            if params:
-                if self.check_finite:
-                    self._check_finite(params, grads)  # all of them, before any tensor changes
-                for c in _chunks(params):  # the same arithmetic as one call, without cache misses between ops
-                    self._update(params[c], grads[c], ms[c], vs[c], steps[c], group)
+            grads = [p.grad for p in params]
+            ms = [self.state[p]["exp_avg"] for p in params]
+            vs = [self.state[p]["exp_avg_sq"] for p in params]
+            for c in _chunks(params):  # the same arithmetic as one call, without cache misses between ops
+                self._update(params[c], grads[c], ms[c], vs[c], steps[c], group)
         return loss
 
+    def _with_grad(self, group: dict) -> list[torch.Tensor]:
+        """The parameters of ``group`` that have a gradient, after checking the group's lr and their shapes
+        (changes nothing)."""
+        lr = group["lr"]
+        if not (math.isfinite(lr) and lr >= 0):  # a schedule may set lr = 0 at its end, never below
+            raise ValueError(f"learning rate must be finite and >= 0 during training, got {lr!r}")
+        params = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise ValueError("AdamW does not support sparse gradients")
+            if p.grad.shape != p.shape:
+                raise ValueError(f"gradient shape {tuple(p.grad.shape)} does not match parameter shape "
+                                 f"{tuple(p.shape)}")
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in self.state.get(p, {}) and self.state[p][key].shape != p.shape:
+                    raise ValueError(f"state {key!r} has shape {tuple(self.state[p][key].shape)}, parameter has "
+                                     f"{tuple(p.shape)} (a state_dict from another model?)")
+            params.append(p)
+        return params
+
     @staticmethod
-    def _check_finite(params, grads) -> None:
-        norms = torch.stack(torch._foreach_norm(grads))  # one number per tensor (stack promotes mixed dtypes)
+    def _check_finite(params) -> None:
+        if not params:
+            return
+        norms = torch.stack(torch._foreach_norm([p.grad for p in params]))  # one per tensor (stack promotes dtypes)
         if not torch.isfinite(norms).all():
             i = int((~torch.isfinite(norms)).nonzero()[0])
             raise ValueError(f"non-finite gradient (NaN or inf) in parameter of shape {tuple(params[i].shape)}; "
@@ -168,7 +183,7 @@ class WarmupCosine:
     η(s) = min_lr                                                    for s > total
     """
 
-    max_lr: float  # peak learning rate, reached at step `warmup`
+    max_lr: float  # peak learning rate: reached at step `warmup` − 1 and held at step `warmup`
     min_lr: float  # floor of the cosine, 0 <= min_lr <= max_lr
     warmup: int  # number of warm-up steps (0: start at max_lr)
     total: int  # step at which the cosine reaches min_lr (> warmup)
