@@ -1,11 +1,17 @@
-"""Chapter-4 exercise checkers: accept the solution, reject wrong ones with a message naming the difference."""
+"""Chapter-4 exercise checkers: accept the solution and correct answers in other styles; reject the typical
+wrong answers (CATALOGUE) with a message naming the difference and, where one exists, a hint."""
 
 import math
 
+import pytest
 import torch
-from conftest import assert_rejected
+import torch.nn.functional as F
+from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.exercises import ch4, registry
+
+C = 0.044715
+K = math.sqrt(2 / math.pi)
 
 
 # ---------------------------------------------------------------- solutions (as in the chapter)
@@ -14,78 +20,207 @@ def linear_grads(grad_out, x, weight):
 
 
 def gelu_tanh_grad(x):
-    c = math.sqrt(2 / math.pi)
-    t = torch.tanh(c * (x + 0.044715 * x**3))
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * c * (1 + 3 * 0.044715 * x**2)
+    t = torch.tanh(K * (x + C * x**3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * K * (1 + 3 * C * x**2)
 
 
 def softmax_ce_grad(logits, targets):
-    p = torch.softmax(logits, dim=-1)
+    z = logits - logits.max(-1, keepdim=True).values
+    p = z.exp() / z.exp().sum(-1, keepdim=True)
     p[torch.arange(len(targets)), targets] -= 1
     return p / len(targets)
 
 
 def layer_norm_grad(grad_out, x, eps):
-    xhat = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
     r = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    xhat = (x - x.mean(-1, keepdim=True)) * r
     return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * xhat).mean(-1, keepdim=True))
+
+
+def relu_grad(grad_out, x):
+    return grad_out * (x > 0)
+
+
+SOLUTIONS = {"linear_grads": linear_grads, "gelu_tanh_grad": gelu_tanh_grad, "softmax_ce_grad": softmax_ce_grad,
+             "layer_norm_grad": layer_norm_grad, "relu_grad": relu_grad}
+
+
+# ---------------------------------------------------------------- typical wrong answers
+def _ln(r_of):
+    """LayerNorm's backward with r = r_of(biased variance, ε), otherwise right."""
+    def fn(grad_out, x, eps):
+        r = r_of(x.var(-1, unbiased=False, keepdim=True), eps)
+        xhat = (x - x.mean(-1, keepdim=True)) * r
+        return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * xhat).mean(-1, keepdim=True))
+    return fn
+
+
+def _gelu(du_factor=3 * C, scale=K, sech2=lambda t: 1 - t**2):
+    """GELU_tanh′ with a typo in u′ = scale·(1 + du_factor·x²) or in sech² u."""
+    def fn(x):
+        t = torch.tanh(K * (x + C * x**3))
+        return 0.5 * (1 + t) + 0.5 * x * sech2(t) * scale * (1 + du_factor * x**2)
+    return fn
+
+
+def _naive_softmax(logits, targets):  # no max-shift: NaN for huge logits
+    p = logits.exp() / logits.exp().sum(-1, keepdim=True)
+    p[torch.arange(len(targets)), targets] -= 1
+    return p / len(targets)
+
+
+def _ln_stats_constant(grad_out, x, eps):  # forgets that μ and σ depend on x
+    return grad_out / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+
+
+def _ln_unbiased(grad_out, x, eps):
+    r = 1 / torch.sqrt(x.var(-1, keepdim=True) + eps)
+    xhat = (x - x.mean(-1, keepdim=True)) * r
+    return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * xhat).mean(-1, keepdim=True))
+
+
+def _ln_mean_gx(grad_out, x, eps):  # mean(ĝ x) instead of mean(ĝ x̂)
+    r = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    xhat = (x - x.mean(-1, keepdim=True)) * r
+    return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * x).mean(-1, keepdim=True))
+
+
+# ---------------------------------------------------------------- correct answers in other styles
+def _linear_einsum(grad_out, x, weight):
+    return torch.einsum("no,oi->ni", grad_out, weight), torch.einsum("no,ni->oi", grad_out, x), grad_out.sum(dim=0)
+
+
+def _linear_outer_products(grad_out, x, weight):
+    grad_w = sum(torch.outer(g, xi) for g, xi in zip(grad_out, x, strict=True))
+    return (weight.T @ grad_out.T).T, grad_w, torch.ones(len(x), dtype=x.dtype) @ grad_out
+
+
+def _gelu_sigmoid(x):  # ½(1 + tanh u) = σ(2u)
+    s = torch.sigmoid(2 * K * (x + C * x**3))
+    return s + x * s * (1 - s) * 2 * K * (1 + 3 * C * x**2)
+
+
+def _gelu_cosh(x):
+    u = K * (x + C * x**3)
+    return 0.5 * (1 + torch.tanh(u)) + 0.5 * x * K * (1 + 3 * C * x**2) / torch.cosh(u) ** 2
+
+
+def _softmax_one_hot(logits, targets):
+    return (torch.softmax(logits, -1) - F.one_hot(targets, logits.shape[-1]).to(logits.dtype)) / len(targets)
+
+
+def _softmax_logsumexp(logits, targets):
+    p = torch.exp(logits - torch.logsumexp(logits, -1, keepdim=True))
+    y = torch.zeros_like(p).scatter_(-1, targets[:, None], 1.0)
+    return (p - y) / targets.numel()
+
+
+def _ln_jacobian(grad_out, x, eps):  # Jᵀĝ with J = r(I − 11ᵀ/C − x̂x̂ᵀ/C) built explicitly, row by row
+    n = x.shape[-1]
+    var, mu = torch.var_mean(x, -1, unbiased=False, keepdim=True)
+    r = torch.rsqrt(var + eps)
+    xhat = (x - mu) * r
+    eye = torch.eye(n, dtype=x.dtype)
+    jac = r[..., None] * (eye - 1 / n - xhat[:, :, None] * xhat[:, None, :] / n)  # (N, C, C)
+    return torch.einsum("nij,ni->nj", jac, grad_out)
+
+
+def _ln_centered(grad_out, x, eps):
+    xc = x - x.mean(-1, keepdim=True)
+    std = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    gc = grad_out - grad_out.mean(-1, keepdim=True)
+    return gc / std - xc * (grad_out * xc).mean(-1, keepdim=True) / std**3
+
+
+CATALOGUE = {
+    "linear_grads": {
+        "wrong": [
+            (lambda grad_out, x, weight: (grad_out @ weight, x.T @ grad_out, grad_out.sum(0)),
+             ["output[1] has shape (3, 5), expected (5, 3)"]),  # ∂L/∂W transposed
+            (lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x, grad_out.mean(0)),
+             ["output[2] differs"]),  # mean instead of sum over positions
+            (lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x), ["should have 3 items"]),
+            (lambda grad_out, x, weight: (grad_out @ weight.T, grad_out.T @ x, grad_out.sum(0)), ["raised"]),
+            (lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x / len(x), grad_out.sum(0)),
+             ["output[1] differs", "worst at"]),  # averaged ∂L/∂W
+        ],
+        "right": [_linear_einsum, _linear_outer_products],
+    },
+    "gelu_tanh_grad": {
+        "wrong": [
+            (lambda x: 0.5 * (1 + torch.tanh(K * (x + C * x**3))), ["differs", "worst at"]),  # no product rule
+            (lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-x * x / 2) / math.sqrt(2 * math.pi),
+             ["differs"]),  # the exact form's derivative
+            (_gelu(du_factor=C), ["differs"]),  # d/dx x³ = x² forgotten the 3
+            (_gelu(scale=1.0), ["differs"]),  # √(2/π) dropped from u′
+            (_gelu(sech2=lambda t: 1 + t**2), ["differs"]),  # sign of tanh′ = 1 − tanh²
+        ],
+        "right": [_gelu_sigmoid, _gelu_cosh],
+    },
+    "softmax_ce_grad": {
+        "wrong": [
+            (lambda logits, targets: softmax_ce_grad(logits, targets) * len(targets), ["differs", "case 1"]),  # sum
+            (_naive_softmax, ["NaN", "case 3"]),
+            (lambda logits, targets: torch.softmax(logits, -1) / len(targets), ["differs"]),  # forgot − y
+            (lambda logits, targets: -softmax_ce_grad(logits, targets), ["differs"]),  # y − p
+            (lambda logits, targets: (torch.log_softmax(logits, -1) - F.one_hot(targets, logits.shape[-1]))
+             / len(targets), ["differs"]),  # log p instead of p
+        ],
+        "right": [_softmax_one_hot, _softmax_logsumexp],
+    },
+    "layer_norm_grad": {
+        "wrong": [
+            (_ln_stats_constant, ["differs"]),
+            (_ln_unbiased, ["differs"]),
+            (_ln(lambda v, e: 1 / (v.sqrt() + e)), ["differs"]),  # ε outside the root
+            (_ln(lambda v, e: 1 / v.sqrt()), ["differs"]),  # ε forgotten
+            (_ln_mean_gx, ["differs"]),
+            (lambda grad_out, x, eps: layer_norm_grad(grad_out, x, eps) * torch.sqrt(
+                x.var(-1, unbiased=False, keepdim=True) + eps), ["differs"]),  # forgot the factor r
+        ],
+        "right": [_ln_jacobian, _ln_centered],
+    },
+    "relu_grad": {
+        "wrong": [
+            (lambda grad_out, x: grad_out * (x >= 0), ["only the entries where x = 0 differ", "x > 0, not x >= 0"]),
+            (lambda grad_out, x: (x > 0).double(), ["ReLU′(x) itself", "upstream grad_out"]),
+            (lambda grad_out, x: grad_out * torch.heaviside(x, torch.tensor(0.5, dtype=x.dtype)),
+             ["only the entries where x = 0 differ", "subdifferential is [0, 1]"]),  # SymPy's Heaviside(0) = ½
+            (lambda grad_out, x: torch.relu(x), ["the forward value"]),
+            (lambda grad_out, x: grad_out * torch.sign(x), ["differs"]),
+        ],
+        "right": [lambda grad_out, x: torch.where(x > 0, grad_out, torch.zeros_like(grad_out)),
+                  lambda grad_out, x: grad_out.masked_fill(x <= 0, 0.0)],
+    },
+}
 
 
 def test_registry():
     assert registry(4) == ch4.EXERCISES
-    assert set(ch4.EXERCISES) == {"linear_grads", "gelu_tanh_grad", "softmax_ce_grad", "layer_norm_grad"}
+    assert set(ch4.EXERCISES) == set(SOLUTIONS) == set(CATALOGUE)
 
 
-def test_solutions_pass():
-    for name, sol in [("linear_grads", linear_grads), ("gelu_tanh_grad", gelu_tanh_grad),
-                      ("softmax_ce_grad", softmax_ce_grad), ("layer_norm_grad", layer_norm_grad)]:
-        r = ch4.EXERCISES[name](sol)
-        assert r.passed, r.message
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_solution_passes(name):
+    r = ch4.EXERCISES[name](SOLUTIONS[name])
+    assert r.passed, r.message
 
 
-def test_linear_rejects():
-    assert_rejected(ch4.check_linear_grads,
-                    lambda grad_out, x, weight: (grad_out @ weight, x.T @ grad_out, grad_out.sum(0)),
-                    "output[1] has shape (3, 5), expected (5, 3)")
-    assert_rejected(ch4.check_linear_grads, lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x,
-                                                                  grad_out.mean(0)), "output[2] differs")
-    assert_rejected(ch4.check_linear_grads, lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x),
-             "should have 3 items")
+@pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
+def test_typical_wrong_answer_rejected(name, wrong, words):
+    assert_rejected(ch4.EXERCISES[name], wrong, *words)
 
 
-def test_gelu_rejects():
-    def no_product_rule(x):  # forgot the x · d tanh / dx term
-        c = math.sqrt(2 / math.pi)
-        return 0.5 * (1 + torch.tanh(c * (x + 0.044715 * x**3)))
-
-    def exact_instead(x):  # the erf form's derivative: close but not the tanh form's
-        return 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-
-    assert_rejected(ch4.check_gelu_tanh_grad, no_product_rule, "differs", "worst at")
-    assert_rejected(ch4.check_gelu_tanh_grad, exact_instead, "differs")
+@pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
+def test_correct_alternative_accepted(name, right):
+    assert_accepted(ch4.EXERCISES[name], right)
 
 
-def test_softmax_ce_rejects():
-    def sum_not_mean(logits, targets):
-        return softmax_ce_grad(logits, targets) * len(targets)
-
-    def naive_exp(logits, targets):  # no max-shift: NaN for huge logits
-        p = logits.exp() / logits.exp().sum(-1, keepdim=True)
-        p[torch.arange(len(targets)), targets] -= 1
-        return p / len(targets)
-
-    assert_rejected(ch4.check_softmax_ce_grad, sum_not_mean, "differs", "case 1")
-    assert_rejected(ch4.check_softmax_ce_grad, naive_exp, "NaN", "case 3")
-
-
-def test_layer_norm_rejects():
-    def treats_stats_as_constant(grad_out, x, eps):  # forgets that μ and σ depend on x
-        return grad_out / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
-
-    def unbiased(grad_out, x, eps):
-        r = 1 / torch.sqrt(x.var(-1, keepdim=True) + eps)
-        xhat = (x - x.mean(-1, keepdim=True)) * r
-        return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * xhat).mean(-1, keepdim=True))
-
-    assert_rejected(ch4.check_layer_norm_grad, treats_stats_as_constant, "differs")
-    assert_rejected(ch4.check_layer_norm_grad, unbiased, "differs")
+def test_layer_norm_checker_has_a_case_where_eps_placement_matters():
+    """Where ε sits must change the answer by far more than the tolerance, not by a hair: a case with σ² < ε."""
+    gen = torch.Generator().manual_seed(0)
+    x, g = torch.randn(3, 6, generator=gen, dtype=torch.float64) * 1e-3, torch.randn(3, 6, dtype=torch.float64)
+    for wrong in (_ln(lambda v, e: 1 / (v.sqrt() + e)), _ln(lambda v, e: 1 / v.sqrt())):
+        assert (wrong(g, x, 1e-5) - layer_norm_grad(g, x, 1e-5)).abs().max() > 1.0
+    result = ch4.check_layer_norm_grad(_ln(lambda v, e: 1 / v.sqrt()))
+    assert not result.passed
