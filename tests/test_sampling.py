@@ -1,8 +1,11 @@
 """Chapter 2: temperature, top-k and top-p filtering, and seeded sampling.
 
-Sampling is checked statistically: with a fixed seed and N = 200,000 draws, every empirical frequency must lie
-within 5 standard errors, 5·sqrt(p(1-p)/N) <= 0.0056, of its target probability (a false alarm has probability
-< 1e-5 per entry, and the seed is fixed, so the test is deterministic), for ours and for torch.multinomial alike.
+Sampling is checked statistically, with fixed seeds (so every test is deterministic) and N = 200,000 draws:
+* every empirical frequency lies within 5 standard errors, 5·sqrt(p(1-p)/N) <= 0.0056, of its target probability
+  (a false alarm has probability about 6e-7 per entry);
+* Pearson's chi-square goodness-of-fit test against the target, and the two-sample chi-square test between our draws
+  and torch.multinomial's (drawn from ANOTHER seed, so the two are independent), have p-values above 1e-4;
+* the same tests reject samplers that are slightly wrong (power), so they can fail.
 """
 
 import math
@@ -20,6 +23,27 @@ def within_tolerance(ids, target):
     freq = torch.bincount(ids.reshape(-1), minlength=target.numel()).double() / ids.numel()
     se = torch.sqrt(target * (1 - target) / ids.numel())
     return (freq - target).abs() <= 5 * se + 1e-12, freq
+
+
+def chi_square_p_value(counts, target):
+    """Pearson's goodness-of-fit test of ``counts`` (K,) against probabilities ``target`` (K,) (tokens of target 0
+    are left out: they must have count 0): P(χ²_{K-1} >= Σ (O - E)² / E)."""
+    keep = target > 0
+    n = counts.sum()
+    expected = n * target[keep]
+    stat = ((counts[keep] - expected) ** 2 / expected).sum()
+    df = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
+
+
+def two_sample_p_value(counts_a, counts_b):
+    """Chi-square test that two count vectors (K,) come from the same distribution (a 2 x K contingency table)."""
+    keep = (counts_a + counts_b) > 0
+    table = torch.stack([counts_a[keep], counts_b[keep]]).double()  # (2, K')
+    expected = table.sum(1, keepdim=True) * table.sum(0, keepdim=True) / table.sum()
+    stat = ((table - expected) ** 2 / expected).sum()
+    df = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
 
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0], dtype=torch.float64)
@@ -71,10 +95,40 @@ def test_sample_frequencies_match_target_and_torch_multinomial(kwargs):
     ok, freq = within_tolerance(ours, target)
     assert ok.all(), (freq, target)
     assert (freq[target == 0] == 0).all()  # a removed token is never drawn
-    ref = torch.multinomial(target, N, replacement=True, generator=torch.Generator().manual_seed(1))
+    ref = torch.multinomial(target, N, replacement=True, generator=torch.Generator().manual_seed(2))
+    assert not torch.equal(ours, ref)  # independent draws (the same seed would give identical tokens)
     ok_ref, freq_ref = within_tolerance(ref, target)
     assert ok_ref.all()
-    assert (freq - freq_ref).abs().max() < 0.008  # two independent estimates: 5·sqrt(2)·se
+    assert (freq - freq_ref).abs().max() < 0.008  # two independent estimates: 5·sqrt(2)·se <= 0.0079
+    counts, counts_ref = freq * N, freq_ref * N
+    assert chi_square_p_value(counts, target) > 1e-4
+    assert chi_square_p_value(counts_ref, target) > 1e-4
+    assert two_sample_p_value(counts, counts_ref) > 1e-4
+
+
+@pytest.mark.parametrize(("sampled", "claimed"), [
+    ({"top_p": 0.95}, {"top_p": 0.8}),  # one token too many kept
+    ({"temperature": 0.95}, {}),  # a 5% error in the temperature
+    ({"top_k": 4}, {"top_k": 5}),  # off by one in k
+])
+def test_the_statistical_tests_reject_a_slightly_wrong_sampler(sampled, claimed):
+    """Power: draws from a slightly different distribution fail the tests used above against the claimed one."""
+    target = F.softmax(filter_logits(LOGITS, **claimed), -1)
+    ids = sample(LOGITS.expand(N, -1), generator=torch.Generator().manual_seed(1), **sampled)
+    counts = torch.bincount(ids, minlength=6).double()
+    ref = torch.multinomial(target, N, replacement=True, generator=torch.Generator().manual_seed(2))
+    assert chi_square_p_value(counts, target) < 1e-4 or (counts[target == 0] > 0).any()
+    assert two_sample_p_value(counts, torch.bincount(ref, minlength=6).double()) < 1e-4
+    assert not within_tolerance(ids, target)[0].all()
+
+
+def test_chi_square_p_value_is_uniform_under_the_null():
+    """Under a correct sampler the p-value is (approximately) uniform: about 10% of 200 runs fall below 0.1."""
+    target = F.softmax(LOGITS, -1)
+    g = torch.Generator().manual_seed(9)
+    p_values = [chi_square_p_value(torch.bincount(sample(LOGITS, num_samples=2000, generator=g), minlength=6)
+                                   .double(), target) for _ in range(200)]
+    assert 8 <= sum(p < 0.1 for p in p_values) <= 35  # Binomial(200, 0.1): mean 20, sd 4.2
 
 
 def test_sample_is_seeded_and_batched():
