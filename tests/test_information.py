@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -267,3 +268,84 @@ def test_ngram_bad_input():
         info.ngram_entropy("".join(map(chr, range(40, 140))) * 3, 12)
     with pytest.raises(ValueError, match="alpha must be > 0"):
         info.ngram_cross_entropy("abc", "abc", 1, alpha=0)
+
+
+# ---------------------------------------------------------------- the Kneser–Ney baseline
+def _kn_reference(train: str, n: int, alphabet: str, D: float):
+    """Interpolated Kneser–Ney in plain Python, straight from the formula, for P(x | h)."""
+    from collections import Counter
+    grams = {k: Counter(train[i:i + k] for i in range(len(train) - k + 1)) for k in range(1, n + 2)}
+
+    def a(k):  # counts of level k: raw at the top, continuation N1+(• g) below
+        return grams[k] if k == n else Counter(g[1:] for g in grams[k + 1])
+
+    def p(x, h, k):
+        if k == 0:
+            return 1 / len(alphabet)
+        if len(h) < k - 1:  # a shorter history than level k needs: level k is skipped
+            return p(x, h, k - 1)
+        h = h[len(h) - (k - 1):] if k > 1 else ""
+        ak = a(k)
+        total = sum(c for g, c in ak.items() if g[:-1] == h)
+        lower = p(x, h[1:], k - 1)
+        if total == 0:
+            return lower
+        types = sum(1 for g in ak if g[:-1] == h)
+        return (max(ak[h + x] - D, 0) + D * types * lower) / total
+
+    return p
+
+
+def test_kneser_ney_hand_computation():
+    m = info.KneserNey("abcab", 2, alphabet="abc", discount=0.5)
+    # level 1: continuation counts N(•a) = N(•b) = N(•c) = 1 -> uniform 1/3; level 2: c(ab) = 2, c(bc) = c(ca) = 1
+    np.testing.assert_allclose(m.distribution("a"), [1 / 12, 5 / 6, 1 / 12], rtol=1e-15)
+    np.testing.assert_allclose(m.distribution(""), [1 / 3] * 3, rtol=1e-15)
+    expected = -(math.log(1 / 3) + math.log(5 / 6) + 2 * math.log(2 / 3)) / 4  # "abca": a | -, b | a, c | b, a | c
+    assert m.cross_entropy("abca") == pytest.approx(expected, abs=1e-15)
+    assert info.ngram_baselines("abcab", (2,), held_out="abca", discount=0.5)[2] == pytest.approx(expected,
+                                                                                                    abs=1e-15)
+
+
+def test_kneser_ney_matches_plain_python_formula():
+    train, alphabet = "the cat sat on the mat; the rat ate the hat", "".join(sorted(set("the cat sat on mr;")))
+    for n in (1, 2, 3):
+        m = info.KneserNey(train, n, alphabet=alphabet, discount=0.6)
+        ref = _kn_reference(train, n, alphabet, 0.6)
+        for ctx in ("th", "e ", "rr", ";m", "t", ""):  # "rr", ";m": contexts never seen
+            want = [ref(x, ctx, n) for x in alphabet]
+            np.testing.assert_allclose(m.distribution(ctx), want, rtol=1e-13)
+
+
+def test_kneser_ney_distributions_sum_to_one():
+    from transformer_lab.data import load_corpus
+    corpus = load_corpus()
+    alphabet = "".join(sorted(set(corpus.text)))
+    for n in (1, 2, 5):
+        m = info.KneserNey(corpus.text[:50_000], n, alphabet=alphabet)  # discounts estimated per level
+        for ctx in ("the k", "ROMEO", "qqqqq", "\n\n", "", "zX"):
+            d = m.distribution(ctx)
+            assert abs(d.sum() - 1) < 1e-12 and (d > 0).all(), (n, ctx)
+
+
+def test_ngram_baselines_on_the_corpus_beat_add_alpha():
+    from transformer_lab.data import load_corpus
+    corpus = load_corpus()
+    train, val = corpus.text[:len(corpus.train)], corpus.text[len(corpus.train):]
+    bits = {n: v / math.log(2) for n, v in info.ngram_baselines(train, (1, 3, 5), held_out=val).items()}
+    add_alpha = info.ngram_floors(train, (1, 3, 5), held_out=val)
+    assert 2.2 < bits[5] < 2.47 < add_alpha[5]  # KN 5-gram ≈ 2.32 bits; add-0.1 ≈ 2.62 bits
+    assert bits[1] > bits[3] > bits[5]
+    assert bits[1] == pytest.approx(add_alpha[1], abs=0.01)  # at n <= 3 the two smoothings agree to ~0.01 bit
+
+
+def test_ngram_baselines_bad_input():
+    with pytest.raises(ValueError, match="discount"):
+        info.KneserNey("abc", 2, discount=1.5)
+    with pytest.raises(ValueError, match="alphabet"):
+        info.KneserNey("abc", 2).cross_entropy("abz")
+    with pytest.raises(ValueError, match="orders"):
+        info.ngram_baselines("abcabc", (0,))
+    with pytest.raises(ValueError, match="str"):
+        info.ngram_baselines(["a"], (1,))
+    assert set(info.ngram_baselines("abcabcabcd" * 10, (1, 2))) == {1, 2}  # default split 90 / 10

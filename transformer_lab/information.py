@@ -237,3 +237,135 @@ def ngram_floors(text: str, orders=(1, 2, 3), *, held_out: str | None = None, al
     if held_out is None:
         return {int(n): ngram_entropy(text, int(n)) for n in orders}
     return {int(n): ngram_cross_entropy(text, held_out, int(n), alpha=alpha) for n in orders}
+
+
+# ---------------------------------------------------------------- a properly smoothed n-gram baseline
+def _ids(text: str, alphabet: str) -> np.ndarray:
+    """Character ids of ``text`` in ``alphabet`` (sorted, distinct characters).  str -> (N,) int64."""
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    table = np.array([ord(c) for c in alphabet], dtype=np.int64)
+    ids = np.searchsorted(table, points)
+    if len(ids) and ((ids >= len(table)) | (table[np.minimum(ids, len(table) - 1)] != points)).any():
+        raise ValueError("text holds characters that are not in the alphabet")
+    return ids
+
+
+def _gram_codes(ids: np.ndarray, k: int, V: int) -> np.ndarray:
+    """Code Σ_j ids[t+j] V^{k-1-j} of every k-gram (the last character least significant).  (N,) -> (N-k+1,)."""
+    L = len(ids) - k + 1
+    code = np.zeros(max(L, 0), dtype=np.int64)
+    for j in range(k):
+        code = code * V + ids[j:j + L]
+    return code
+
+
+def _lookup(keys: np.ndarray, table: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """values[i] where table[i] == key (``table`` sorted), else 0."""
+    if len(table) == 0:
+        return np.zeros(len(keys), dtype=values.dtype)
+    i = np.clip(np.searchsorted(table, keys), 0, len(table) - 1)
+    return np.where(table[i] == keys, values[i], 0)
+
+
+class KneserNey:
+    """Interpolated Kneser–Ney character n-gram model of order ``n`` fitted on ``text``.
+
+    Level k = n uses counts a(h x) = c(h x); the lower levels k < n use continuation counts a(h x) = N₁₊(• h x),
+    the number of distinct characters seen before h x. With D_k the level's discount (Ney's estimate
+    n₁ / (n₁ + 2 n₂) from its counts of counts unless ``discount`` is given) and P₀(x) = 1/V,
+
+        P_k(x | h) = [max(a(h x) − D_k, 0) + D_k · N₁₊(h •) · P_{k−1}(x | h')] / a(h •)     (h' = h without its
+                                                                                           first character)
+    and P_k(x | h) = P_{k−1}(x | h') where the context was never seen (a(h •) = 0). Every P_k(· | h) sums to 1 over
+    the V characters of ``alphabet`` (default: those of ``text``).
+    """
+
+    def __init__(self, text: str, n: int, *, alphabet: str | None = None, discount: float | None = None,
+                 _raw: dict | None = None):
+        _check_ngram_args(text, n)
+        if discount is not None and not 0 < discount < 1:
+            raise ValueError(f"discount must lie in (0, 1), got {discount}")
+        self.alphabet = alphabet or "".join(sorted(set(text)))
+        self.n, V = n, len(self.alphabet)
+        if n * math.log2(max(V, 2)) > 62:
+            raise ValueError(f"n={n} is too large for {V} distinct characters (V**n must fit in 62 bits)")
+        raw = _raw if _raw is not None else _raw_counts(_ids(text, self.alphabet), n, V)
+        self.levels = []  # per level k: (grams, a(g), contexts, a(h•), N₁₊(h•), D_k)
+        for k in range(1, n + 1):
+            grams, a = raw[k] if k == n else _continuation(raw[k + 1][0], k, V)
+            ctx, inv = np.unique(grams // V, return_inverse=True)  # h = all but the last character
+            a_ctx = np.bincount(inv, weights=a)  # a(h •) = Σ_x a(h x)
+            n_ctx = np.bincount(inv)  # N₁₊(h •): distinct x with a(h x) > 0
+            n1, n2 = (a == 1).sum(), (a == 2).sum()
+            D = discount if discount is not None else (n1 / (n1 + 2 * n2) if n1 + 2 * n2 else 0.5)
+            self.levels.append((grams, a, ctx, a_ctx, n_ctx, float(min(max(D, 1e-6), 1 - 1e-6))))
+
+    def _prob(self, ids: np.ndarray, t: np.ndarray, x: np.ndarray, history: np.ndarray) -> np.ndarray:
+        """P(x | the last min(n-1, history) characters of ``ids`` before position t), elementwise over arrays."""
+        V = len(self.alphabet)
+        p = np.full(len(t), 1.0 / V)  # P₀ = uniform
+        for k, (grams, a, ctx, a_ctx, n_ctx, D) in enumerate(self.levels, start=1):
+            ok = history >= k - 1  # positions with k-1 characters of history
+            h = np.zeros(len(t), dtype=np.int64)
+            for j in range(k - 1, 0, -1):  # context code of ids[t-k+1 .. t-1]
+                h = h * V + np.where(ok, ids[np.maximum(t - j, 0)], 0)
+            c_hx = _lookup(h * V + x, grams, a)
+            c_h = _lookup(h, ctx, a_ctx)
+            seen = ok & (c_h > 0)
+            safe = np.where(seen, c_h, 1)
+            mixed = (np.maximum(c_hx - D, 0) + D * _lookup(h, ctx, n_ctx) * p) / safe
+            p = np.where(seen, mixed, p)
+        return p
+
+    def distribution(self, context: str) -> np.ndarray:
+        """P(· | context) over the alphabet, from the last n-1 characters of ``context``.  -> (V,)."""
+        ids = _ids(context, self.alphabet)
+        V = len(self.alphabet)
+        full = np.concatenate([np.repeat(ids[None, :], V, 0), np.arange(V)[:, None]], axis=1).ravel()
+        t = np.arange(V) * (len(ids) + 1) + len(ids)  # the position of x in each row
+        return self._prob(full, t, np.arange(V), np.full(V, len(ids)))
+
+    def cross_entropy(self, text: str) -> float:
+        """Mean −ln P(x_t | x_{t−n+1..t−1}) over every character of ``text``, in nats per character.
+
+        The first n−1 characters, which have shorter histories, are predicted from the history they have.
+        """
+        ids = _ids(text, self.alphabet)
+        if len(ids) == 0:
+            raise ValueError("text must not be empty")
+        t = np.arange(len(ids))
+        return float(-np.log(self._prob(ids, t, ids, t)).mean())
+
+
+def _raw_counts(ids: np.ndarray, n: int, V: int) -> dict:
+    """{k: (distinct k-gram codes, their counts)} for k = 1 … n."""
+    return {k: np.unique(_gram_codes(ids, k, V), return_counts=True) for k in range(1, n + 1)}
+
+
+def _continuation(grams_above: np.ndarray, k: int, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """Continuation counts N₁₊(• g) of k-grams g from the distinct (k+1)-gram codes: how many x precede g."""
+    return np.unique(grams_above % V ** k, return_counts=True)
+
+
+def ngram_baselines(text: str, orders=(1, 2, 3, 5), *, held_out: str | None = None,
+                    discount: float | None = None) -> dict:
+    """Held-out cross-entropy in **nats per character**, ``{n: nats}``, of interpolated Kneser–Ney n-gram models.
+
+    Each model (:class:`KneserNey`) is fitted on ``text`` and scored on every character of ``held_out``
+    (default: fit on the first 90 % of ``text``, score the last 10 %). The alphabet is the union of both texts'
+    characters. These are baselines — what a simple, properly smoothed model achieves — so a language model
+    scored on the same text should do better; they are not lower bounds on what any model can reach.
+    """
+    if not isinstance(text, str) or (held_out is not None and not isinstance(held_out, str)):
+        raise ValueError("text and held_out must be str")
+    if held_out is None:
+        cut = int(0.9 * len(text))
+        text, held_out = text[:cut], text[cut:]
+    orders = [int(n) for n in orders]
+    if not orders or min(orders) < 1:
+        raise ValueError(f"orders must be integers >= 1, got {orders}")
+    alphabet = "".join(sorted(set(text) | set(held_out)))
+    _check_ngram_args(text, max(orders))
+    raw = _raw_counts(_ids(text, alphabet), max(orders), len(alphabet))
+    return {n: KneserNey(text, n, alphabet=alphabet, discount=discount, _raw=raw).cross_entropy(held_out)
+            for n in orders}
