@@ -59,6 +59,8 @@ LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0], dtype=torch.float64)
     ({"top_p": 1.0}, [0, 1, 2, 3, 4, 5]),
     ({"temperature": 0.5, "top_p": 0.7}, [0]),  # sharper: p_0 = 0.81
     ({"top_k": 3, "top_p": 0.9}, [0, 1, 2]),
+    ({"top_k": 2, "top_p": 0.7}, [0]),  # top-p on the renormalised top-k cut: p_0 = e²/(e² + e) = 0.73 >= 0.7
+    ({"top_p": 0.7, "temperature": 0.5}, [0]),  # top-p after temperature (at T = 1 it keeps 2)
 ])
 def test_filter_keeps_the_right_tokens(kwargs, expected_kept):
     z = filter_logits(LOGITS, **kwargs)

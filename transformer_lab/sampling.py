@@ -2,9 +2,10 @@
 
 Given logits ``z`` (..., V), :func:`filter_logits` applies, in this order,
 
-* temperature ``T > 0``:   z ← z / T                (T → 0: argmax; T → ∞: uniform)
-* top-k:                   keep the k largest z_i   (ties with the k-th are kept)
-* top-p (nucleus):         keep the smallest set of most probable tokens whose probability reaches p
+* temperature ``T > 0``:   z ← z / T                (T → 0: argmax, tied maxima sharing; T → ∞: uniform)
+* top-k:                   keep the k largest z_i   (ties with the k-th are kept, so more than k may survive)
+* top-p (nucleus):         keep the smallest set of most probable tokens whose probability reaches p, the
+                           probabilities being softmax of what temperature and top-k left (renormalised)
 
 and sets every removed logit to ``-inf``; :func:`sample` draws one token per row from ``softmax`` of the result by
 inverting the cumulative distribution with a seeded ``torch.Generator``. Greedy decoding (T = 0) is not a
