@@ -1,12 +1,15 @@
-"""Chapter 8 exercise checkers and derivations: solutions pass, wrong answers fail with a message naming the
-difference; the parameter-count formula equals both models' counts."""
+"""Chapter 8 exercise checkers and derivations: solutions pass, the typical wrong answers of CATALOGUE fail with a
+message naming the difference, correct answers written another way pass; the parameter-count formula equals both
+models' counts."""
 
 import math
 
+import numpy as np
 import pytest
 import sympy as sp
 import torch
-from conftest import assert_rejected
+import torch.nn.functional as F
+from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.derivations import ch8 as d8
 from transformer_lab.exercises import ch8, registry
@@ -31,6 +34,168 @@ def attend_with_cache(q, k_cache, v_cache, k_new, v_new):
     return w @ v, k, v
 
 
+# ---------------------------------------------------------------- count_params
+def _count_by_parts(vocab_size, block_size, n_layer, d_model):
+    C = d_model
+    linear = {"in_proj": (C, 3 * C), "out_proj": (C, C), "fc": (C, 4 * C), "proj": (4 * C, C)}
+    per_block = sum(i * o + o for i, o in linear.values()) + 2 * (2 * C)  # weights, biases, two LayerNorms
+    return vocab_size * C + block_size * C + sum(per_block for _ in range(n_layer)) + 2 * C
+
+
+def _count_numpy(vocab_size, block_size, n_layer, d_model):
+    C = np.int64(d_model)
+    return int((vocab_size + block_size + 2) * C + n_layer * C * (12 * C + 13))
+
+
+def _count_head_twice(vocab_size, block_size, n_layer, d_model):
+    return count_params(vocab_size, block_size, n_layer, d_model) + vocab_size * d_model
+
+
+def _count_no_biases(vocab_size, block_size, n_layer, d_model):
+    return count_params(vocab_size, block_size, n_layer, d_model) - n_layer * 13 * d_model
+
+
+def _count_no_positions(vocab_size, block_size, n_layer, d_model):
+    return count_params(vocab_size, block_size, n_layer, d_model) - block_size * d_model
+
+
+def _count_mlp_not_widened(vocab_size, block_size, n_layer, d_model):
+    C = d_model  # hidden layer of width C instead of 4C
+    return vocab_size * C + block_size * C + n_layer * (6 * C * C + 10 * C) + 2 * C
+
+
+def _count_float(vocab_size, block_size, n_layer, d_model):
+    return count_params(vocab_size, block_size, n_layer, d_model) / 1
+
+
+def _count_no_final_layernorm(vocab_size, block_size, n_layer, d_model):
+    return count_params(vocab_size, block_size, n_layer, d_model) - 2 * d_model
+
+
+# ---------------------------------------------------------------- lm_windows
+def _windows_by_index(ids, block_size):
+    n = (len(ids) - 1) // block_size
+    starts = torch.arange(n)[:, None] * block_size + torch.arange(block_size)
+    return ids[starts], ids[starts + 1]
+
+
+def _windows_unfold(ids, block_size):
+    n = (len(ids) - 1) // block_size
+    x = ids.unfold(0, block_size, block_size)[:n]
+    y = ids[1:].unfold(0, block_size, block_size)[:n]
+    return x, y
+
+
+def _windows_len_over_T(ids, block_size):  # the off-by-one: N = len // T
+    n = len(ids) // block_size
+    return ids[: n * block_size].view(n, block_size), ids[1: n * block_size + 1].view(n, block_size)
+
+
+def _windows_len_over_T_indexed(ids, block_size):  # the same off-by-one, written without .view
+    n = len(ids) // block_size
+    starts = torch.arange(n)[:, None] * block_size + torch.arange(block_size)
+    return ids[starts], ids[(starts + 1).clamp(max=len(ids) - 1)]
+
+
+def _windows_not_shifted(ids, block_size):
+    x, _ = lm_windows(ids, block_size)
+    return x, x
+
+
+def _windows_one_short(ids, block_size):
+    return tuple(t[:-1] for t in lm_windows(ids, block_size))
+
+
+def _windows_overlapping(ids, block_size):  # a window at every position
+    return ids[:-1].unfold(0, block_size, 1), ids[1:].unfold(0, block_size, 1)
+
+
+def _windows_swapped(ids, block_size):
+    x, y = lm_windows(ids, block_size)
+    return y, x
+
+
+# ---------------------------------------------------------------- attend_with_cache
+def _cache_sdpa(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+    return F.scaled_dot_product_attention(q, k, v), k, v
+
+
+def _cache_einsum(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat([k_cache, k_new], dim=2), torch.cat([v_cache, v_new], dim=2)
+    s = torch.einsum("bhqd,bhkd->bhqk", q, k) * q.shape[-1] ** -0.5
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    return torch.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdim=True), v), k, v
+
+
+def _cache_only_out(q, k_cache, v_cache, k_new, v_new):
+    return attend_with_cache(q, k_cache, v_cache, k_new, v_new)[:1]
+
+
+def _cache_no_scale(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    return torch.softmax(q @ k.transpose(-2, -1), -1) @ v, k, v
+
+
+def _cache_scale_by_d(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v, k, v
+
+
+def _cache_softmax_wrong_dim(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-2) @ v, k, v
+
+
+def _cache_new_first(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat((k_new, k_cache), -2), torch.cat((v_new, v_cache), -2)
+    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v, k, v
+
+
+def _cache_new_token_ignored(q, k_cache, v_cache, k_new, v_new):
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    w = torch.softmax(q @ k[..., :-1, :].transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return w @ v[..., :-1, :], k, v
+
+
+CATALOGUE = {
+    "count_params": {
+        "wrong": [
+            (_count_head_twice, ["count is", "expected"]),
+            (_count_no_biases, ["count is", "expected"]),
+            (_count_no_positions, ["count is", "expected"]),
+            (_count_mlp_not_widened, ["count is", "expected"]),
+            (_count_float, ["must be an int", "use // or int()"]),
+            (_count_no_final_layernorm, ["count is", "(-256)"]),  # -2C on the first case, C = 128
+        ],
+        "right": [_count_by_parts, _count_numpy],
+    },
+    "lm_windows": {
+        "wrong": [
+            (_windows_len_over_T, ["on case 5", "N = (len - 1) // T, not len // T"]),
+            (_windows_len_over_T_indexed, ["output[0] has shape (3, 4), expected (2, 4)", "not len // T"]),
+            (_windows_not_shifted, ["output[1] differs", "entries"]),
+            (_windows_one_short, ["has shape"]),
+            (_windows_overlapping, ["output[0] has shape"]),
+            (_windows_swapped, ["output[0] differs"]),
+        ],
+        "right": [_windows_by_index, _windows_unfold],
+    },
+    "attend_with_cache": {
+        "wrong": [
+            (_cache_only_out, ["should have 3 items"]),
+            (_cache_no_scale, ["output[0] differs"]),
+            (_cache_scale_by_d, ["output[0] differs"]),
+            (_cache_softmax_wrong_dim, ["output[0] differs"]),
+            (_cache_new_first, ["output[1] differs"]),  # attention ignores order: the out agrees, the cache not
+            (_cache_new_token_ignored, ["output[0]"]),
+        ],
+        "right": [_cache_sdpa, _cache_einsum],
+    },
+}
+
+
 def test_registry():
     assert registry(8) == ch8.EXERCISES
     assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache"}
@@ -42,27 +207,14 @@ def test_solutions_pass(fn):
     assert result.passed, result.message
 
 
-@pytest.mark.parametrize(("name", "wrong", "words"), [
-    ("count_params", lambda vocab_size, block_size, n_layer, d_model:
-        count_params(vocab_size, block_size, n_layer, d_model) + vocab_size * d_model,  # head counted twice
-     ["count is", "expected"]),
-    ("count_params", lambda vocab_size, block_size, n_layer, d_model:
-        count_params(vocab_size, block_size, n_layer, d_model) - n_layer * 13 * d_model,  # biases forgotten
-     ["count is", "expected"]),
-    ("lm_windows", lambda ids, block_size: (lm_windows(ids, block_size)[0], lm_windows(ids, block_size)[0]),
-     ["output[1] differs", "entries"]),  # targets not shifted
-    ("lm_windows", lambda ids, block_size: tuple(t[:-1] for t in lm_windows(ids, block_size)),
-     ["has shape"]),  # one window short
-    ("attend_with_cache", lambda q, k_cache, v_cache, k_new, v_new: attend_with_cache(q, k_cache, v_cache,
-                                                                                     k_new, v_new)[:1],
-     ["should have 3 items"]),
-    ("attend_with_cache", lambda q, k_cache, v_cache, k_new, v_new: (
-        torch.softmax(q @ torch.cat((k_cache, k_new), -2).transpose(-2, -1), -1) @ torch.cat((v_cache, v_new), -2),
-        torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)),  # no 1/sqrt(d)
-     ["output[0] differs"]),
-])
-def test_wrong_answers_fail_with_a_message(name, wrong, words):
+@pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
+def test_typical_wrong_answer_rejected(name, wrong, words):
     assert_rejected(ch8.EXERCISES[name], wrong, *words)
+
+
+@pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
+def test_correct_alternative_accepted(name, right):
+    assert_accepted(ch8.EXERCISES[name], right)
 
 
 def test_stub_says_not_written():
@@ -75,5 +227,9 @@ def test_derivations():
     V, T, L, C = sp.symbols("V T L C", positive=True, integer=True)
     assert sp.simplify(d8.param_count() - (V * C + T * C + 2 * C + L * (12 * C**2 + 13 * C))) == 0
     n = sp.symbols("n", positive=True, integer=True)
-    assert sp.simplify(d8.generation_cost()["ratio"] - (n + 1) / 2) == 0
-    assert d8.check() == {"formula vs ours": 0.0, "ours vs reference": 0.0, "cache ratio vs direct sum": 0.0}
+    cost = d8.generation_cost()
+    assert sp.simplify(cost["ratio"] - (n + 1) / 2) == 0
+    assert sp.simplify(cost["pairs_without"] - n * (n + 1) * (n + 2) / 6) == 0
+    assert sp.simplify(cost["pairs_with_cache"] - n * (n + 1) / 2) == 0  # attention over the cache: still n²
+    assert d8.check() == {"formula vs ours": 0.0, "ours vs reference": 0.0, "cache ratio vs direct sum": 0.0,
+                          "attention pairs vs direct sum": 0.0}

@@ -82,6 +82,38 @@ def test_greedy_generation_with_cache_gives_the_tokens_without(positions):
     assert torch.equal(with_cache[:, :3], prompt)
 
 
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_cropped_window_is_nanogpts_and_the_cache_agrees(positions):
+    """window="crop" feeds the last block_size tokens, as nanoGPT's generate does; cache or not, same tokens."""
+    ours, _ = _pair(positions, dtype=torch.float32)
+    prompt = torch.randint(SMALL["vocab_size"], (2, 3))
+    n = 2 * SMALL["block_size"]
+    idx = prompt
+    with torch.no_grad():
+        for _ in range(n):  # nanoGPT: idx_cond = idx[:, -block_size:]
+            idx = torch.cat((idx, ours(idx[:, -SMALL["block_size"]:])[:, -1].argmax(-1, keepdim=True)), dim=1)
+    assert torch.equal(ours.generate(prompt, n, greedy=True, use_cache=False, window="crop"), idx)
+    assert torch.equal(ours.generate(prompt, n, greedy=True, use_cache=True, window="crop"), idx)
+    with pytest.raises(ValueError, match="window"):
+        ours.generate(prompt, 1, window="full")
+
+
+def test_dropout_also_acts_on_the_attention_output():
+    """As in nanoGPT, x + drop(MHA(LN(x))): with the MLP zeroed, single entries of the attention branch are 0."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**{**SMALL, "dropout": 0.5})).double().train()
+    block = model.blocks[0]
+    with torch.no_grad():
+        block.mlp.proj.weight.zero_()
+        block.mlp.proj.bias.zero_()
+    x = torch.randn(2, 8, SMALL["d_model"], dtype=torch.float64)
+    branch = block(x, positions=torch.arange(8)) - x  # drop(MHA(LN(x))), exactly
+    rows_alive = branch.abs().sum(-1) > 0  # a row is all 0 only if every attention weight of it was dropped
+    zero_share = (branch[rows_alive] == 0).double().mean()
+    assert 0.3 < zero_share < 0.7  # about p of the entries of live rows
+    assert torch.equal(block.eval()(x, positions=torch.arange(8)), block(x, positions=torch.arange(8)))
+
+
 def test_sampling_is_reproducible_with_a_generator_and_respects_top_k():
     ours, _ = _pair("learned", dtype=torch.float32)
     prompt = torch.zeros(1, 1, dtype=torch.long)

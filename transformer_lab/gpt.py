@@ -1,12 +1,13 @@
 """The mini-GPT (chapter 8): a decoder-only Transformer assembled from the book's components.
 
     x_0 = E[idx] + P                            token embedding (ch. 1) + positions (learned, or ch. 6)
-    x_{l+½} = x_l + MHA(LN(x_l), causal)        our attention (ch. 1), LayerNorm (ch. 7), causal mask (ch. 6)
-    x_{l+1} = x_{l+½} + MLP(LN(x_{l+½}))        our GELU MLP (ch. 4)
+    x_{l+½} = x_l + drop(MHA(LN(x_l), causal))  our attention (ch. 1), LayerNorm (ch. 7), causal mask (ch. 6)
+    x_{l+1} = x_{l+½} + MLP(LN(x_{l+½}))        our GELU MLP (ch. 4), dropout on its output inside
     logits = LN(x_L) Eᵀ                         the head tied to the embedding (ch. 1, 2)
 
-Generation (:meth:`GPT.generate`) keeps a key/value cache, so each new token costs one position's work
-instead of the whole context's, and samples with chapter 2's temperature / top-k / top-p.
+Generation (:meth:`GPT.generate`) keeps a key/value cache, so each new token costs one position's projections
+and MLP instead of the whole window's (its attention still reads all cached positions), and samples with
+chapter 2's temperature / top-k / top-p.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class GPTConfig:
     n_layer: int = 4  # L: Transformer blocks
     n_head: int = 4  # h: attention heads per block (d_k = d_model / n_head)
     d_model: int = 128  # C: width of the residual stream
-    dropout: float = 0.0  # p: dropout on embeddings, attention weights and the MLP's output (0: small data, short run)
+    dropout: float = 0.0  # p: dropout on embeddings, attention weights, attention output, MLP output (as nanoGPT)
     bias: bool = True  # biases in the linear maps and LayerNorms
     positions: str = "learned"  # "learned" (a (T_max, C) table), "sinusoidal" (fixed, ch. 6) or "rope" (ch. 6)
     gelu: str = "tanh"  # the MLP's GELU: "tanh" approximation (GPT-2) or "none" (exact, erf)
@@ -101,7 +102,7 @@ class Block(nn.Module):
         weights = None
         if need_weights:
             a, weights = a
-        x = x + a  # x ← x + MHA(LN(x))   (B, T, C)
+        x = x + dropout(a, self.config.dropout, training=self.training)  # x ← x + drop(MHA(LN(x)))   (B, T, C)
         x = x + self.mlp(self.ln2(x))  # x ← x + MLP(LN(x))   (B, T, C)
         return (x, weights) if need_weights else x
 
@@ -171,25 +172,31 @@ class GPT(nn.Module):
     @torch.inference_mode()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
-                 use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+                 use_cache: bool = True, generator: torch.Generator | None = None,
+                 window: str = "half") -> torch.Tensor:
         """Extend idx (B, T0) by ``max_new_tokens`` tokens -> (B, T0 + max_new_tokens).
 
         The model attends over a window of at most ``block_size`` tokens. When the window is full it moves
-        forward by half a block (``use_cache=True`` re-fills the cache from the new window once), so the
-        cached and uncached paths compute the same logits: greedy decoding gives identical tokens.
+        forward by half a block (``window="half"``) or by one token, i.e. it is cropped to the last
+        ``block_size`` tokens as nanoGPT does (``window="crop"``). ``use_cache=True`` re-fills the cache from the
+        new window each time it moves (with "crop", every step once full: no saving there), so for either
+        policy the cached and uncached paths compute the same logits up to round-off.
         """
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[1] < 1:
             raise ValueError("idx must be a (B, T0) tensor of token ids with T0 >= 1")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if window not in ("half", "crop"):
+            raise ValueError(f"window must be 'half' or 'crop', got {window!r}")
         T_max = self.config.block_size
+        shift = (T_max // 2 or 1) if window == "half" else 1  # how far a full window moves
         was_training = self.training
         self.eval()
         start = max(0, idx.shape[1] - T_max)  # the window is idx[:, start:]
         cache, fed = None, 0  # fed: tokens of the window already in the cache
         for _ in range(max_new_tokens):
-            if idx.shape[1] - start > T_max:  # the window is full: move it on by half a block
-                start += T_max // 2 or 1  # (the window is exactly one token over)
+            if idx.shape[1] - start > T_max:  # the window is one token over: move it on
+                start += shift
                 cache, fed = None, 0
             window = idx[:, start:]  # (B, ≤ T_max)
             if use_cache:

@@ -64,7 +64,7 @@ class ReferenceBlock(nn.Module):
             q, k = _rotate(q, rope), _rotate(k, rope)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.c.dropout if self.training else 0.0)
-        x = x + self.attn.out_proj(y.transpose(1, 2).reshape(B, T, C))  # dropout acts on the weights only
+        x = x + self.drop(self.attn.out_proj(y.transpose(1, 2).reshape(B, T, C)))  # dropout on weights and output
         return x + self.drop(self.mlp.proj(self.gelu(self.mlp.fc(self.ln2(x)))))
 
 
