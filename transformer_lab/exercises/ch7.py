@@ -21,8 +21,9 @@ from transformer_lab.exercises import CheckResult, check_function, generator
 D = torch.float64
 
 
-def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float) -> CheckResult:
-    """Run ``check_function`` group by group; a failure names the group and adds its hint.
+def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float, shape_hint: str) -> CheckResult:
+    """Run ``check_function`` group by group; a failure names the group and adds its hint (``shape_hint`` when
+    the output has the wrong shape, whatever the group).
 
     A group is ``(label, cases, hint)`` or ``(label, cases, hint, {"atol": ..., "rtol": ...})``."""
     total = 0
@@ -33,6 +34,8 @@ def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float) -> Ch
             if result.message.startswith(("not written yet", "expected a function")) or (
                     " should take " in result.message and "argument(s), in this order" in result.message):
                 return result
+            if result.message.startswith("output has shape"):
+                hint = shape_hint
             return CheckResult(name, False, f"{label}: {result.message}. Hint: {hint}")
         total += len(cases)
     return CheckResult(name, True, f"matches the reference on all {total} cases ({', '.join(g[0] for g in groups)})")
@@ -63,7 +66,9 @@ def check_stable_logsumexp(fn) -> CheckResult:
         ("masked entries (-inf)", [{"x": torch.tensor([[0.0, -math.inf, 1.0], [-math.inf, 3.0, -math.inf]], dtype=D)}],
          "exp(-inf) = 0 is fine; only the maximum must be finite"),
     ]
-    return _groups("stable_logsumexp", fn, _ref_logsumexp, groups, atol=1e-9, rtol=1e-9)
+    return _groups("stable_logsumexp", fn, _ref_logsumexp, groups, atol=1e-9, rtol=1e-9,
+                   shape_hint="sum over the last dimension and drop it: x (..., n) gives (...); a keepdim=True "
+                              "step needs a .squeeze(-1) at the end")
 
 
 # ---------------------------------------------------------------- 2. LayerNorm
@@ -104,7 +109,9 @@ def check_layer_norm_rows(fn) -> CheckResult:
          "is mostly rounding; compute the mean first, then the mean of (x - mean)^2 (two passes)",
          {"atol": 1e-3, "rtol": 1e-4}),  # float32: a two-pass answer is within 2e-4 of float64, one pass is not
     ]
-    return _groups("layer_norm_rows", fn, _ref_layer_norm, groups, atol=1e-8, rtol=1e-8)
+    return _groups("layer_norm_rows", fn, _ref_layer_norm, groups, atol=1e-8, rtol=1e-8,
+                   shape_hint="the output has the shape of x; keep the reduced dimension (keepdim=True) for the "
+                              "mean and variance so they broadcast over the C features")
 
 
 # ---------------------------------------------------------------- 3. two-pass variance
@@ -129,7 +136,9 @@ def check_two_pass_variance(fn) -> CheckResult:
          "E[x^2] - E[x]^2 subtracts two numbers near 1e8 that agree in every float32 digit; compute the mean "
          "first, then average (x - mean)^2 (two passes)"),
     ]
-    return _groups("two_pass_variance", fn, _ref_variance, groups, atol=1e-7, rtol=1e-4)
+    return _groups("two_pass_variance", fn, _ref_variance, groups, atol=1e-7, rtol=1e-4,
+                   shape_hint="average over the last dimension and drop it: x (..., n) gives (...); keep the "
+                              "dimension only for the mean you subtract")
 
 
 EXERCISES = {
