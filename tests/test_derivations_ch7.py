@@ -34,6 +34,13 @@ def test_layer_norm_properties():
     assert p["variance_ratio"] == 1
     assert p["variance_eps0"] == 1
     assert all(e == 0 for e in p["scale_shift_difference"])
+    # eps > 0: scaling the input by a is dividing eps by a^2 -- invariance only at eps = 0
+    assert all(e == 0 for e in p["scale_eps_difference"])
+    x, eps, a, c = p["symbols"]
+    assert p["scale_difference_eps"] != 0
+    assert sp.simplify(p["scale_difference_eps"].subs(eps, 0)) == 0
+    at = {xi: v for xi, v in zip(x, (1, 2, 4, 7), strict=True)} | {eps: sp.Rational(1, 10), a: 3, c: 0}
+    assert p["scale_difference_eps"].subs(at) != 0  # an instance where the change is not zero
 
 
 def test_layer_norm_jacobian_closed_form():

@@ -81,7 +81,10 @@ def layer_norm_expr(n: int = 4):
 
 def layer_norm_properties(n: int = 4) -> dict[str, sp.Expr]:
     """The normalised part ``\\hat x`` (gamma = 1, beta = 0) has mean 0 and variance ``sigma^2 / (sigma^2 + eps)``
-    (exactly 1 when eps = 0), and ``\\hat x(a x + c) = \\hat x(x)`` for ``a > 0`` when eps = 0."""
+    (exactly 1 when eps = 0), and ``\\hat x(a x + c) = \\hat x(x)`` for ``a > 0`` when eps = 0. With eps > 0 the
+    invariance is only approximate: ``\\hat x_eps(a x + c) = \\hat x_{eps / a^2}(x)``, i.e. scaling the input by
+    ``a`` is the same as dividing eps by ``a^2`` (``scale_eps_difference`` is 0; ``scale_difference_eps`` is the
+    non-zero change at fixed eps)."""
     x, gamma, beta, eps, y = layer_norm_expr(n)
     xhat = [yi.subs({**{g: 1 for g in gamma}, **{b: 0 for b in beta}}) for yi in y]
     mu = sum(x) / n
@@ -92,7 +95,11 @@ def layer_norm_properties(n: int = 4) -> dict[str, sp.Expr]:
     a, c = sp.Symbol("a", positive=True), sp.Symbol("c", real=True)
     xhat0 = [e.subs(eps, 0) for e in xhat]
     moved = [e.subs({xi: a * xi + c for xi in x}, simultaneous=True) for e in xhat0]
+    moved_eps = [e.subs({xi: a * xi + c for xi in x}, simultaneous=True) for e in xhat]  # eps > 0 kept
+    same_as_smaller_eps = [e.subs(eps, eps / a**2) for e in xhat]  # \hat x with eps / a^2
     return {"xhat": xhat, "mean": mean_out, "variance_ratio": ratio,
+            "scale_eps_difference": [sp.simplify(mv - e) for mv, e in zip(moved_eps, same_as_smaller_eps, strict=True)],
+            "scale_difference_eps": sp.simplify(moved_eps[0] - xhat[0]),
             "variance_eps0": sp.simplify(var_out.subs(eps, 0)),
             "scale_shift_difference": [sp.simplify(mv - e) for mv, e in zip(moved, xhat0, strict=True)],
             "symbols": (x, eps, a, c)}
