@@ -15,41 +15,125 @@ import torch
 
 beta1, beta2, g, eta, eps = sp.symbols("beta_1 beta_2 g eta epsilon", positive=True)
 t, i = sp.symbols("t i", integer=True, positive=True)
+s2 = sp.Symbol("s", positive=True)  # E[g_i²], the second moment of the gradient
 
 
 @functools.cache
 def bias_correction() -> dict[str, sp.Expr]:
-    """m_t = Σᵢ (1 − β₁) β₁^{t−i} gᵢ; with E[gᵢ] = g: E[m_t] = (1 − β₁ᵗ) g, so m_t / (1 − β₁ᵗ) is unbiased."""
+    """m_t = Σᵢ (1 − β₁) β₁^{t−i} gᵢ; with E[gᵢ] = g: E[m_t] = (1 − β₁ᵗ) g, so m_t / (1 − β₁ᵗ) is unbiased.
+    With E[gᵢ²] = s (the second moment, s = g² + Var gᵢ): E[v_t] = (1 − β₂ᵗ) s."""
     gi = sp.IndexedBase("g")
     unrolled = sp.Sum((1 - beta1) * beta1 ** (t - i) * gi[i], (i, 1, t))  # m_0 = 0, m ← β₁ m + (1 − β₁) g
     expectation = sp.Sum((1 - beta1) * beta1 ** (t - i) * g, (i, 1, t))  # E[g_i] = g for every i
     summed = sp.simplify(expectation.doit())  # geometric series
     corrected = sp.simplify(summed / (1 - beta1**t))
-    second = sp.simplify(sp.Sum((1 - beta2) * beta2 ** (t - i) * g**2, (i, 1, t)).doit())  # E[v_t], E[g²]=g²
+    second = sp.simplify(sp.Sum((1 - beta2) * beta2 ** (t - i) * s2, (i, 1, t)).doit())  # E[v_t], E[g_i²] = s
     return {"unrolled": unrolled, "expectation": expectation, "summed": summed, "factor": sp.factor(summed / g),
             "corrected": corrected, "second_moment": second,
+            "second_corrected": sp.simplify(second / (1 - beta2**t)),
             "first_steps": [sp.expand(summed.subs(t, k)) for k in (1, 2, 3)]}
+
+
+def _m_hat(history: sp.Expr) -> sp.Expr:
+    """m̂_t for gradients g_i = history(i): Σᵢ (1 − β₁) β₁^{t−i} g_i / (1 − β₁ᵗ)."""
+    return sp.Sum((1 - beta1) * beta1 ** (t - i) * history, (i, 1, t)) / (1 - beta1**t)
+
+
+def _v_hat(history: sp.Expr) -> sp.Expr:
+    """v̂_t for gradients g_i = history(i): Σᵢ (1 − β₂) β₂^{t−i} g_i² / (1 − β₂ᵗ)."""
+    return sp.Sum((1 - beta2) * beta2 ** (t - i) * history**2, (i, 1, t)) / (1 - beta2**t)
 
 
 @functools.cache
 def adam_effective_step() -> dict[str, sp.Expr]:
-    """The size of Adam's step: at t = 1 it is η g/(|g| + ε) → η sign(g); a lone spike after a long calm gives
-    η (1 − β₁)/√(1 − β₂) (Kingma & Ba's bound); a constant gradient gives η g/(|g| + ε) at every step."""
+    """The size of Adam's step Δ_t = η m̂_t / (√v̂_t + ε), from the sums m̂_t, v̂_t over a gradient history.
+
+    * a general history g_1 … g_t scaled by c > 0 gives the same step when ε = 0 (scale invariance);
+    * a constant gradient g gives m̂ = g, v̂ = g² at every t (the bias correction), so Δ = η g/(|g| + ε);
+    * a lone spike (g_i = 0 for i < t) gives η (1 − β₁)/√(1 − β₂) · sign g as t → ∞ (ε = 0);
+    * over all histories, |m_t|/√v_t ≤ √(Σᵢ a_i²/b_i) (Cauchy–Schwarz, a_i, b_i the weights of m and v),
+      attained by g_i ∝ a_i/b_i; as t → ∞ that is (1 − β₁)/√((1 − β₂)(1 − β₁²/β₂)) when β₁² < β₂.
+    """
     gr = sp.Symbol("g", real=True, nonzero=True)
-    m1, v1 = (1 - beta1) * gr, (1 - beta2) * gr**2  # after one step from zero state
-    first = sp.simplify(eta * (m1 / (1 - beta1)) / (sp.sqrt(v1 / (1 - beta2)) + eps))
     c = sp.Symbol("c", positive=True)
-    steady = eta * gr / (sp.Abs(gr) + eps)  # m̂ = g, v̂ = g² for a constant gradient
-    spike = sp.simplify(eta * m1 / sp.sqrt(v1))  # t large (corrections ≈ 1), ε → 0, m and v from one gradient
-    return {"first_step": first, "first_step_eps0": sp.simplify(first.subs(eps, 0)),
-            "steady": steady, "scale_invariant": sp.simplify(steady.subs(eps, 0).subs(gr, c * gr) - steady.subs(eps, 0)),
-            "spike": spike, "spike_default": spike.subs({beta1: sp.Rational(9, 10), beta2: sp.Rational(999, 1000)})}
+    gi = sp.IndexedBase("g", real=True)
+    general = eta * _m_hat(gi[i]) / sp.sqrt(_v_hat(gi[i]))  # ε = 0, any history
+    scaled = eta * _m_hat(c * gi[i]) / sp.sqrt(_v_hat(c * gi[i]))
+    m_const, v_const = sp.simplify(_m_hat(gr).doit()), sp.simplify(_v_hat(gr).doit())  # constant history
+    steady = sp.simplify(eta * m_const / (sp.sqrt(v_const) + eps))
+    lone = gr * sp.KroneckerDelta(i, t)  # zero before step t
+    spike_t = sp.simplify(eta * _m_hat(lone).doit() / sp.sqrt(_v_hat(lone).doit()))
+    spike = sp.simplify(spike_t.subs({beta1**t: 0, beta2**t: 0}))  # t → ∞: β^t → 0 for 0 < β < 1
+    j, r = sp.Symbol("j", integer=True, nonnegative=True), sp.Symbol("r", positive=True)  # r = β₁²/β₂
+    weights = sp.Sum((1 - beta1) ** 2 / (1 - beta2) * r**j, (j, 0, t - 1)).doit()  # Σ a_i²/b_i, j = t − i
+    generic = sp.piecewise_fold(weights).args[-1][0]  # the branch r ≠ 1
+    worst_sq = sp.factor(generic.subs(r**t, 0))  # t → ∞ for 0 < r < 1
+    default = {beta1: sp.Rational(9, 10), beta2: sp.Rational(999, 1000)}
+    return {"general": general, "scale_invariant": sp.simplify(sp.factor_terms(scaled) - general),
+            "m_const": m_const, "v_const": v_const, "steady": steady,
+            "first_step": steady, "first_step_eps0": sp.simplify(steady.subs(eps, 0)),
+            "spike_t": spike_t, "spike": spike, "spike_default": spike.subs(default),
+            "worst_sum": weights, "worst": sp.sqrt(worst_sq).subs(r, beta1**2 / beta2),
+            "worst_default": sp.sqrt(worst_sq.subs(r, beta1**2 / beta2).subs(default))}
+
+
+@functools.cache
+def momentum_sums() -> dict[str, sp.Expr]:
+    """Heavy-ball velocity v_{k+1} = β v_k + g_k from v_0 = 0: a constant gradient g gives g (1 − βᵏ)/(1 − β)
+    → g/(1 − β); an alternating one g_k = (−1)ᵏ g gives (−1)^{k+1} g (1 − (−β)ᵏ)/(1 + β), of size → g/(1 + β)."""
+    beta = sp.Symbol("beta", positive=True)
+    gr = sp.Symbol("g", real=True, nonzero=True)
+    k = sp.Symbol("k", integer=True, nonnegative=True)
+    y = sp.Function("v")
+    const = sp.simplify(sp.rsolve(y(k + 1) - beta * y(k) - gr, y(k), {y(0): 0}))
+    alt = sp.simplify(sp.rsolve(y(k + 1) - beta * y(k) - (-1) ** k * gr, y(k), {y(0): 0}))
+    return {"beta": beta, "g": gr, "k": k, "constant": const, "alternating": alt,
+            "constant_limit": sp.simplify(const.subs(beta**k, 0)),
+            "alternating_size": sp.simplify(sp.expand(alt * (-1) ** (k + 1)).subs(beta**k, 0))}
+
+
+@functools.cache
+def heavy_ball_quadratic() -> dict[str, object]:
+    """Heavy ball on ½ a θ²: θ_{k+1} = θ_k − η(β v_k + aθ_k) is θ_{k+1} = (1 + β − ηa) θ_k − β θ_{k−1}; its
+    characteristic roots r satisfy r² − (1 + β − ηa) r + β = 0, their product is β (Vieta), so complex roots
+    (under-damped: the iterates oscillate) have |r| = √β; they are complex iff (1 − √β)² < ηa < (1 + √β)²."""
+    beta = sp.Symbol("beta", positive=True)
+    a, x, r = sp.Symbol("a", positive=True), sp.Symbol("x", positive=True), sp.Symbol("r")  # x = ηa
+    poly = r**2 - (1 + beta - x) * r + beta
+    roots = sp.solve(poly, r)
+    disc = sp.discriminant(poly, r)  # a monic quadratic in x: negative strictly between its two roots
+    lo, hi = sorted(sp.solve(disc, x), key=lambda e: e.subs(beta, sp.Rational(1, 2)))
+    return {"beta": beta, "a": a, "x": x, "poly": poly.subs(x, eta * a), "roots": roots,
+            "product": sp.simplify(roots[0] * roots[1]), "discriminant": disc, "underdamped": sp.Interval.open(lo, hi)}
+
+
+@functools.cache
+def descent_lemma() -> dict[str, sp.Expr]:
+    """L-smooth loss (‖∇L(x) − ∇L(y)‖ ≤ L‖x − y‖): L(y) ≤ L(x) + ∇L(x)ᵀ(y − x) + (L/2)‖y − x‖², the remainder
+    being ∫₀¹ (∇L(x + τd) − ∇L(x))ᵀd dτ ≤ ∫₀¹ Lτ‖d‖² dτ; at y = x − η∇L(x) the bound is
+    L(x) − η(1 − Lη/2)‖∇L(x)‖², a decrease for every 0 < η < 2/L."""
+    lip, tau, d, grad_sq, loss = sp.symbols("L tau d G L_x", positive=True)  # d = ‖y − x‖, G = ‖∇L(x)‖²
+    remainder = sp.integrate(lip * tau * d**2, (tau, 0, 1))  # ≤ this
+    bound = loss - eta * grad_sq + remainder.subs(d, eta * sp.sqrt(grad_sq))  # ∇Lᵀ(y − x) = −η G, ‖y − x‖ = η√G
+    decrease = sp.factor(sp.expand(loss - bound))
+    return {"L": lip, "G": grad_sq, "remainder": remainder, "bound": sp.expand(bound), "decrease": decrease,
+            "descends": sp.solve_univariate_inequality(decrease / grad_sq > 0, eta, relational=False)}
+
+
+@functools.cache
+def sgd_noise_quadratic() -> dict[str, sp.Expr]:
+    """SGD on ½ a θ² with gradient aθ + ξ, E ξ = 0, Var ξ = σ² (independent steps): θ ← (1 − ηa)θ − ηξ, so the
+    stationary variance V solves V = (1 − ηa)² V + η²σ²: V = ησ²/(a(2 − ηa)), increasing in η on (0, 2/a)."""
+    a, sigma, V = sp.symbols("a sigma V", positive=True)
+    var = sp.solve(sp.Eq(V, (1 - eta * a) ** 2 * V + eta**2 * sigma**2), V)[0]
+    return {"a": a, "sigma": sigma, "variance": sp.factor(var), "slope": sp.factor(sp.diff(var, eta))}
 
 
 @functools.cache
 def gradient_flow_quadratic() -> dict[str, object]:
     """L(θ) = ½ a θ² per eigen-direction. Flow dθ/dt = −aθ ⇒ θ(t) = θ₀ e^{−at}; gradient descent
-    θ_{k+1} = θ_k − η a θ_k ⇒ θ_k = θ₀ (1 − ηa)^k, i.e. explicit Euler with step η; stable iff η < 2/a."""
+    θ_{k+1} = θ_k − η a θ_k ⇒ θ_k = θ₀ (1 − ηa)^k, i.e. explicit Euler with step η; the factor 1 − ηa is
+    negative (the iterates change sign every step) iff η > 1/a, and |1 − ηa| < 1 (convergence) iff η < 2/a."""
     a, theta0 = sp.symbols("a theta_0", positive=True)
     tau = sp.Symbol("t", nonnegative=True)
     k = sp.Symbol("k", integer=True, nonnegative=True)
@@ -61,19 +145,24 @@ def gradient_flow_quadratic() -> dict[str, object]:
     log_factor = sp.series(sp.log(1 - eta * a), eta, 0, 3).removeO()  # log(1 − ηa) = −ηa − η²a²/2 − …
     return {"a": a, "theta0": theta0, "t": tau, "k": k, "ode": ode, "flow": flow, "recurrence": recurrence,
             "descent": descent, "flow_at_k": flow.subs(tau, k * eta), "log_factor": log_factor,
+            "oscillates": sp.solve_univariate_inequality(1 - eta * a < 0, eta, relational=False),
             "stability": sp.solve_univariate_inequality(sp.Abs(1 - eta * a) < 1, eta, relational=False)}
 
 
 @functools.cache
 def schedule_closed_form() -> dict[str, object]:
-    """η(s) of WarmupCosine as a SymPy Piecewise; continuous at the warm-up end, flat (η′ = 0) at both ends of
-    the cosine, and its mean over the cosine phase is (max + min)/2."""
+    """η(s) of WarmupCosine as a SymPy Piecewise on integer steps s. The ramp gives η_max at s = w − 1, the
+    cosine η_max at s = w (the peak is held two steps); the ramp's formula at s = w would give η_max(1 + 1/w), so
+    as a function of a real s the schedule jumps at w. The cosine is flat (η′ = 0) at both of its ends and its
+    mean over [w, T] is (max + min)/2."""
     s = sp.Symbol("s", nonnegative=True)
     lr_max, lr_min = sp.symbols("eta_max eta_min", positive=True)
     w, n = sp.symbols("w T", positive=True)
+    ramp = lr_max * (s + 1) / w
     cosine = lr_min + (lr_max - lr_min) * (1 + sp.cos(sp.pi * (s - w) / (n - w))) / 2
-    lr = sp.Piecewise((lr_max * (s + 1) / w, s < w), (cosine, s <= n), (lr_min, True))
+    lr = sp.Piecewise((ramp, s < w), (cosine, s <= n), (lr_min, True))
     return {"s": s, "max": lr_max, "min": lr_min, "warmup": w, "total": n, "lr": lr, "cosine": cosine,
+            "ramp": ramp, "ramp_last": sp.simplify(ramp.subs(s, w - 1)), "ramp_at_w": sp.simplify(ramp.subs(s, w)),
             "at_warmup": sp.simplify(cosine.subs(s, w)), "at_total": sp.simplify(cosine.subs(s, n)),
             "slope_at_ends": [sp.simplify(sp.diff(cosine, s).subs(s, v)) for v in (w, n)],
             "mean": sp.simplify(sp.integrate(cosine, (s, w, n)) / (n - w))}
@@ -107,6 +196,20 @@ def check(seed: int = 0) -> dict[str, float]:
     out["bias correction: sympy vs ours"] = worst_sym
     out["bias correction: ours vs torch"] = worst_ref
     out["adamw params: ours vs torch"] = (ps[0] - ps[1]).abs().max().item()
+
+    # the history that maximizes Adam's step (Cauchy–Schwarz): g_i ∝ a_i/b_i ∝ (β₁/β₂)^{t−i}; an instance, t = 60
+    b1, b2, steps = 0.9, 0.999, 60
+    st = adam_effective_step()
+    r = sp.Symbol("r", positive=True)
+    bound = sp.lambdify([beta1, beta2, t], sp.sqrt(st["worst_sum"].subs(r, beta1**2 / beta2))
+                        * sp.sqrt(1 - beta2**t) / (1 - beta1**t))
+    p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    opt = AdamW([p], lr=1.0, betas=(b1, b2), eps=1e-300, weight_decay=0.0)
+    for k in range(1, steps + 1):
+        before = p.detach().clone()
+        p.grad = torch.full((1,), (b1 / b2) ** (steps - k), dtype=torch.float64)
+        opt.step()
+    out["largest step (t = 60): sympy vs ours"] = abs(float(before - p.detach()) - float(bound(b1, b2, steps)))
 
     d = gradient_flow_quadratic()
     descent = sp.lambdify([d["a"], eta, d["theta0"], d["k"]], d["descent"])
