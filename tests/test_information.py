@@ -35,14 +35,32 @@ def test_derivation_check_agrees():
 
 def test_symbolic_identities_are_zero():
     assert ch5.cross_entropy_decomposition(4)[-1][1] == 0
-    assert ch5.gibbs_inequality()[-1][1] == 0
+    gibbs = dict(ch5.gibbs_inequality())
+    assert gibbs["difference of the two"] == 0  # p log(p/q) = p f(q/p) - (q - p) on general symbols
+    assert gibbs["f''(x) > 0 for x > 0  (f convex: the critical point is the global minimum)"] is ch5.sp.true
+    assert gibbs["critical points"] == ch5.sp.FiniteSet(1) and gibbs["f(1)"] == 0
     steps = dict(ch5.cross_entropy_minimum(3))
-    assert steps["H(p, q*) - H(p)"] == 0
-    p, _ = ch5.distributions(3)
-    assert list(steps["q* (with Σ p = 1)"]) == [p[0], p[1], 1 - p[0] - p[1]]
+    assert steps["q* - p (with Σ p = 1)"] == ch5.sp.zeros(3, 1)  # the derived stationary point, not q = p typed in
+    assert steps["H(p, q*) - H(p) (with Σ p = 1)"] == 0
+    assert steps["its diagonal entries p_i/q_i^2 > 0 (positive definite)"] is ch5.sp.true
+    chain = dict(ch5.chain_rule_nll(4))
+    assert chain["Π_t P(w_t | w_<t) - P(w_1 … w_T)"] == 0
+    assert chain["Σ_t -log P(w_t | w_<t) - [-log P(w_1 … w_T)]"] == 0
+    assert ch5.mutual_information(2, 3)[-1][1] == 0
+    assert all(v == 0 for _, v in ch5.label_smoothing(4))
     assert dict(ch5.softmax_cross_entropy(4, target=2))["∂(shifted)/∂m  (independent of m: choose m = max z)"] == 0
     assert ch5.nats_and_bits()[2][1] == 0
     assert dict(ch5.softmax_maximum_entropy(3))["p* - softmax(z)"] == ch5.sp.zeros(3, 1)
+
+
+def test_derivations_would_catch_a_wrong_identity():
+    """The differences are computed, not typed in: a wrong formula leaves a non-zero difference."""
+    sp = ch5.sp
+    p_i, q_i = sp.symbols("p_i q_i", positive=True)
+    wrong = p_i * sp.log(p_i / q_i) - (p_i * (q_i / p_i - 1 - sp.log(q_i / p_i)) + (q_i - p_i))  # sign slip
+    assert sp.simplify(sp.expand_log(wrong, force=True)) != 0
+    p, q = ch5.distributions(3)
+    assert sp.simplify(ch5.cross_entropy_expr(p, q) - ch5.entropy_expr(p)) != 0  # H(p, q) ≠ H(p) for general q
 
 
 # ---------------------------------------------------------------- entropy, KL, cross-entropy of distributions
@@ -156,6 +174,31 @@ def test_attention_entropy():
     assert (H - max_entropy <= 1e-12).all()
     torch.testing.assert_close(info.attention_entropy(torch.full((3, 3), 1 / 3, dtype=torch.float64)),
                                torch.full((3,), math.log(3), dtype=torch.float64))
+
+
+def test_attention_entropy_of_a_fully_masked_row_is_zero():
+    """scaled_dot_product_attention returns a fully masked row as zeros; its entropy is 0 (it failed before)."""
+    from transformer_lab.attention import scaled_dot_product_attention
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 4, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    mask[2] = False  # query 2 may see no key
+    _, w = scaled_dot_product_attention(query=q, key=k, value=k, mask=mask)
+    assert (w[:, 2] == 0).all()
+    H = info.attention_entropy(w)
+    assert H.shape == (2, 4) and (H[:, 2] == 0).all() and not torch.signbit(H).any()
+    torch.testing.assert_close(H[:, [0, 1, 3]], info.entropy(w[:, [0, 1, 3]]), **TOL)
+    with pytest.raises(ValueError, match="sum to 1"):
+        info.attention_entropy(torch.tensor([[0.5, 0.0], [0.2, 0.2]], dtype=torch.float64))  # partly zero, not 1
+
+
+def test_cross_entropy_of_minus_inf_logits_matches_pytorch():
+    """A row of all -inf logits has no distribution: NaN, as in PyTorch; a -inf logit at the target costs inf."""
+    z = torch.tensor([[-math.inf] * 3, [0.0, -math.inf, 1.0], [0.0, -math.inf, 1.0]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 1])
+    ours, ref = info.cross_entropy(z, y, reduction="none"), F.cross_entropy(z, y, reduction="none")
+    assert torch.isnan(ours[0]) and torch.isnan(ref[0])
+    assert ours[1] == pytest.approx(ref[1].item(), abs=1e-15) and ours[2] == ref[2] == math.inf
 
 
 # ---------------------------------------------------------------- n-gram floors

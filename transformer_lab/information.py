@@ -80,7 +80,7 @@ def kl_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tens
 # ---------------------------------------------------------------- the training loss
 def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """Stable log-softmax on the last dim: log softmax(z)_i = z_i - LSE(z), LSE from chapter 7's ``logsumexp``."""
-    return logits - logsumexp(logits, dim=-1).unsqueeze(-1)  # a row of all -inf stays -inf, not NaN
+    return logits - logsumexp(logits, dim=-1).unsqueeze(-1)  # a row of all -inf: -inf - (-inf) = NaN, as in PyTorch
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100,
@@ -89,7 +89,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
 
     logits (N, V) or (B, T, V); targets (N,) or (B, T) integer class ids in [0, V) or ``ignore_index`` (those
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
-    or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits. Equals ``F.cross_entropy``.
+    or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits; a -inf logit at the target
+    gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it.
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")
@@ -149,12 +150,17 @@ def bits_per_char(loss_nats, *, chars_per_token: float = 1.0) -> torch.Tensor | 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     """Entropy in nats of each query's attention distribution: weights (..., T_q, T_k) -> (..., T_q).
 
-    0 means the query attends to one key; log(number of keys it may see) means uniform attention. For weights
-    (B, h, T, T) average over the batch and queries, ``.mean((0, 2))``, to get one number per head.
+    0 means the query attends to one key; log(number of keys it may see) means uniform attention. A fully masked
+    row, which :func:`transformer_lab.attention.scaled_dot_product_attention` returns as all zeros (the query reads
+    nothing), gets entropy 0. Every other row must sum to 1. For weights (B, h, T, T) average over the batch and
+    queries, ``.mean((0, 2))``, to get one number per head.
     """
     if not isinstance(weights, torch.Tensor) or weights.dim() < 2:
         raise ValueError("weights must be a tensor of shape (..., T_q, T_k) with rows that sum to 1")
-    return entropy(weights, dim=-1)
+    empty = (weights == 0).all(dim=-1, keepdim=True)  # fully masked rows
+    filled = torch.where(empty, torch.ones_like(weights) / weights.shape[-1], weights)  # checked as distributions
+    _check_distribution(filled, "weights", -1)
+    return -torch.special.xlogy(weights, weights).sum(dim=-1) + 0.0  # H = -Σ w log w; an all-zero row gives 0
 
 
 # ---------------------------------------------------------------- n-gram floors of a real text

@@ -53,43 +53,59 @@ def cross_entropy_decomposition(n: int = 3) -> list[tuple[str, sp.Expr]]:
 
 
 def gibbs_inequality() -> list[tuple[str, sp.Expr]]:
-    """KL(p ‖ q) ≥ 0 from log x ≤ x - 1: f(x) = x - 1 - log x has its only minimum, 0, at x = 1."""
+    """KL(p ‖ q) ≥ 0 from log x ≤ x - 1.
+
+    f(x) = x - 1 - log x ≥ 0 with equality only at x = 1 (calculus). Term by term, for any p_i, q_i > 0,
+    p_i log(p_i / q_i) = p_i f(q_i / p_i) - (q_i - p_i); summed, KL(p ‖ q) = Σ_i p_i f(q_i / p_i) - (Σ q - Σ p),
+    and Σ q = Σ p = 1 leaves a sum of non-negative terms.
+    """
     x = sp.symbols("x", positive=True)
+    p_i, q_i = sp.symbols("p_i q_i", positive=True)
     f = x - 1 - sp.log(x)
     crit = sp.solve(sp.diff(f, x), x)
+    term = p_i * sp.log(p_i / q_i)  # one term of KL(p ‖ q)
+    key = p_i * f.subs(x, q_i / p_i) - (q_i - p_i)
     p, q = distributions(3)
-    bound = sum(pi * (qi / pi - 1) for pi, qi in zip(p, q, strict=True))  # Σ p (q/p - 1) ≥ Σ p log(q/p) = -KL
+    on_simplex = {q[-1]: 1 - sum(q[:-1]), p[-1]: 1 - sum(p[:-1])}
     return [
         ("f(x) = x - 1 - log x", f),
         ("f'(x)", sp.diff(f, x)),
         ("critical points", sp.FiniteSet(*crit)),
-        ("f''(x)  (> 0: convex, so the critical point is the minimum)", sp.diff(f, x, 2)),
+        ("f''(x)", sp.diff(f, x, 2)),
+        ("f''(x) > 0 for x > 0  (f convex: the critical point is the global minimum)", sp.diff(f, x, 2) > 0),
         ("f(1)", f.subs(x, 1)),
-        ("-KL(p‖q) = Σ p_i log(q_i/p_i) ≤ Σ p_i (q_i/p_i - 1) =", sp.expand(bound)),
-        ("… which is Σq - Σp = 1 - 1 for two distributions", sp.expand(bound).subs({q[-1]: 1 - sum(q[:-1]),
-                                                                                    p[-1]: 1 - sum(p[:-1])})),
+        ("one KL term, p_i log(p_i/q_i)", term),
+        ("p_i f(q_i/p_i) - (q_i - p_i)", key),
+        ("difference of the two", sp.simplify(sp.expand_log(term - key, force=True))),
+        ("Σ_i (q_i - p_i) for two distributions (n = 3, Σ = 1)", sp.expand(sum(q) - sum(p)).subs(on_simplex)),
     ]
 
 
 def cross_entropy_minimum(n: int = 3) -> list[tuple[str, sp.Expr]]:
-    """Minimise H(p, q) over q with Σ q = 1 (Lagrange): the unique stationary point is q = p, a minimum."""
+    """Minimise H(p, q) over q with Σ q = 1 (Lagrange): the unique stationary point is q = p, a minimum.
+
+    The last two steps substitute the *derived* stationary point into q - p and H(p, q) - H(p), with Σ p = 1.
+    """
     p, q = distributions(n)
     lam = sp.symbols("lambda", positive=True)
     lagrangian = cross_entropy_expr(p, q) + lam * (sum(q) - 1)
     grad = [sp.diff(lagrangian, qi) for qi in q]
     q_star = {qi: sp.solve(g, qi)[0] for qi, g in zip(q, grad, strict=True)}  # q_i = p_i / λ
     lam_star = sp.solve(sp.Eq(sum(q_star.values()), 1), lam)[0]  # λ = Σ p_i
-    sol = [sp.simplify(v.subs(lam, lam_star)) for v in q_star.values()]
-    on_simplex = [s.subs(p[-1], 1 - sum(p[:-1])) for s in sol]  # use Σ p = 1
+    sol = {qi: v.subs(lam, lam_star) for qi, v in q_star.items()}  # q_i* = p_i / Σ p
+    simplex = {p[-1]: 1 - sum(p[:-1])}  # Σ p = 1
     hessian = sp.hessian(cross_entropy_expr(p, q), q)
+    at_star = (cross_entropy_expr(p, q).subs(sol) - entropy_expr(p)).subs(simplex)
     return [
         ("Lagrangian", lagrangian),
         ("∂/∂q_i = 0", sp.Matrix(grad)),
         ("q_i =", sp.Matrix(list(q_star.values()))),
         ("λ (from Σ q = 1)", lam_star),
-        ("q* (with Σ p = 1)", sp.Matrix([sp.simplify(s) for s in on_simplex])),
-        ("Hessian of H(p, q) in q (positive definite)", hessian),
-        ("H(p, q*) - H(p)", sp.simplify(cross_entropy_expr(p, p) - entropy_expr(p))),
+        ("q* - p (with Σ p = 1)", sp.simplify(sp.Matrix([sol[qi] - pi for qi, pi in zip(q, p, strict=True)])
+                                              .subs(simplex))),
+        ("Hessian of H(p, q) in q", hessian),
+        ("its diagonal entries p_i/q_i^2 > 0 (positive definite)", sp.And(*[hessian[i, i] > 0 for i in range(n)])),
+        ("H(p, q*) - H(p) (with Σ p = 1)", sp.simplify(sp.expand_log(at_star, force=True))),
     ]
 
 
@@ -130,14 +146,66 @@ def softmax_cross_entropy(V: int = 3, target: int = 0) -> list[tuple[str, sp.Exp
     ]
 
 
-def chain_rule_nll(T: int = 3) -> list[tuple[str, sp.Expr]]:
-    """-log P(w_1 … w_T) = Σ_t -log P(w_t | w_<t): the summed per-token cross-entropy is the sequence NLL."""
-    P = sp.symbols(f"P_1:{T + 1}", positive=True)  # P_t = P(w_t | w_<t), the softmax output at the target
-    joint = sp.Mul(*P)  # chain rule of probability
+def chain_rule_nll(T: int = 4) -> list[tuple[str, sp.Expr]]:
+    """-log P(w_1 … w_T) = Σ_t -log P(w_t | w_<t): the summed per-token cross-entropy is the sequence NLL.
+
+    With J_t = P(w_1 … w_t) (J_0 = 1) and the definition of conditional probability P(w_t | w_<t) = J_t / J_{t-1},
+    the product of the conditionals telescopes to J_T (the chain rule), and the logarithm turns it into a sum.
+    """
+    J = sp.symbols(f"J_1:{T + 1}", positive=True)  # J_t = P(w_1 … w_t)
+    prefix = (sp.Integer(1), *J)  # J_0 = 1
+    cond = [prefix[t] / prefix[t - 1] for t in range(1, T + 1)]  # P(w_t | w_<t) = J_t / J_{t-1}
+    product = sp.Mul(*cond, evaluate=False)
+    nll_sum = sum(-sp.log(c) for c in cond)  # Σ_t of the per-token cross-entropy -log P(w_t | w_<t)
     return [
-        ("P(w_1 … w_T) by the chain rule", joint),
-        ("-log P(w_1 … w_T)", -sp.log(joint)),
-        ("… logs expanded = Σ_t cross-entropy of step t", sp.expand_log(-sp.log(joint), force=True)),
+        ("P(w_t | w_<t) = J_t / J_{t-1}, t = 1 … T", sp.Matrix(cond)),
+        ("Π_t P(w_t | w_<t)", product),
+        ("Π_t P(w_t | w_<t) - P(w_1 … w_T)", sp.simplify(sp.Mul(*cond) - J[-1])),
+        ("Σ_t -log P(w_t | w_<t)", nll_sum),
+        ("Σ_t -log P(w_t | w_<t) - [-log P(w_1 … w_T)]", sp.simplify(sp.expand_log(nll_sum + sp.log(J[-1]),
+                                                                                       force=True))),
+    ]
+
+
+def mutual_information(nx: int = 2, ny: int = 2) -> list[tuple[str, sp.Expr]]:
+    """I(X; Y) = KL(p(x, y) ‖ p(x) p(y)) = H(Y) - H(Y | X) on a joint table of general positive entries.
+
+    p_ij = P(X = i, Y = j); the marginals are row and column sums; the identity needs no normalisation.
+    """
+    P = sp.Matrix(nx, ny, lambda i, j: sp.Symbol(f"p_{i + 1}{j + 1}", positive=True))
+    px = [sum(P[i, :]) for i in range(nx)]  # P(X = i)
+    py = [sum(P[:, j]) for j in range(ny)]  # P(Y = j)
+    cells = [(i, j) for i in range(nx) for j in range(ny)]
+    mi = sum(P[i, j] * sp.log(P[i, j] / (px[i] * py[j])) for i, j in cells)
+    H_y = -sum(py[j] * sp.log(py[j]) for j in range(ny))
+    H_y_given_x = -sum(P[i, j] * sp.log(P[i, j] / px[i]) for i, j in cells)  # -Σ p(x, y) log p(y | x)
+    return [
+        ("joint p(x, y)", P),
+        ("I(X; Y) = KL(p(x, y) ‖ p(x) p(y))", mi),
+        ("H(Y | X) = -Σ p(x, y) log p(y | x)", H_y_given_x),
+        ("I(X; Y) - [H(Y) - H(Y | X)]", sp.simplify(sp.expand(sp.expand_log(mi - H_y + H_y_given_x, force=True)))),
+    ]
+
+
+def label_smoothing(n: int = 3) -> list[tuple[str, sp.Expr]]:
+    """Label smoothing adds ε H(u, q) = ε [log n + KL(u ‖ q)]; the confidence penalty -β H(q) = β [KL(q ‖ u) - log n].
+
+    Smoothed target t = (1 - ε) onehot(y) + ε u, u uniform over n classes: H(t, q) = (1 - ε) H(onehot, q) + ε H(u, q).
+    """
+    _, q = distributions(n)
+    eps = sp.symbols("epsilon", positive=True)
+    u = [sp.Integer(1) / n] * n
+    onehot = [sp.Integer(1)] + [sp.Integer(0)] * (n - 1)  # the target is class 1
+    target = [(1 - eps) * o + eps * ui for o, ui in zip(onehot, u, strict=True)]
+    smoothed = cross_entropy_expr(target, q)
+    split = (1 - eps) * cross_entropy_expr(onehot, q) + eps * cross_entropy_expr(u, q)
+    simplex = {q[-1]: 1 - sum(q[:-1])}
+    return [
+        ("H((1-ε) onehot + ε u, q) - [(1-ε) H(onehot, q) + ε H(u, q)]", sp.simplify(smoothed - split)),
+        ("H(u, q) - [log n + KL(u ‖ q)]", sp.simplify(sp.expand_log(cross_entropy_expr(u, q) - sp.log(n)
+                                                                     - kl_expr(u, q), force=True))),
+        ("-H(q) - [KL(q ‖ u) - log n]  (Σ q = 1)", sp.simplify(sp.expand_log(
+            (-entropy_expr(q) - kl_expr(q, u) + sp.log(n)).subs(simplex), force=True))),
     ]
 
 
