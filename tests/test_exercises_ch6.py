@@ -1,9 +1,14 @@
-"""Chapter 6 exercise checkers: each accepts the solution and rejects wrong ones with a message naming the fault."""
+"""Chapter 6 exercise checkers: each accepts the solution and correct answers written in other styles, and
+rejects the typical wrong answers (CATALOGUE) with a message naming the fault."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+import pytest
 import torch
-from conftest import assert_rejected
+from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.exercises import ch6, registry
 
@@ -42,64 +47,235 @@ def kv_causal_mask(T, T_k):
     return torch.ones(T, T_k, dtype=torch.bool).tril(diagonal=T_k - T)
 
 
+def alibi(T, n_head, first_h=1, slopes_for=None):
+    H = n_head if slopes_for is None else slopes_for
+    m = 2.0 ** (-8 * torch.arange(first_h, first_h + n_head, dtype=torch.float64) / H)  # m_h = 2^{-8h/H}
+    dist = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # (T, T): j - i
+    return m[:, None, None] * dist
+
+
+# ---------------------------------------------------------------- typical wrong answers
+def _sin_cos_first(n_pos, d_model):
+    return sinusoidal(n_pos, d_model)[:, [i ^ 1 for i in range(d_model)]]
+
+
+def _sin_exponent_i_over_d(n_pos, d_model):  # ω_i = 10000^{-i/d} instead of 10000^{-2i/d}
+    pos = torch.arange(n_pos, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float64) / d_model)
+    return torch.stack((torch.sin(pos * omega), torch.cos(pos * omega)), -1).flatten(1)
+
+
+def _sin_blocks(n_pos, d_model):  # sin half then cos half: a different layout
+    pe = sinusoidal(n_pos, d_model)
+    return torch.cat((pe[:, 0::2], pe[:, 1::2]), dim=1)
+
+
+def _sin_positions_from_1(n_pos, d_model):
+    return sinusoidal(n_pos + 1, d_model)[1:]
+
+
+def _sin_one_column_short(n_pos, d_model):
+    return sinusoidal(n_pos, d_model)[:, :-1]
+
+
+def _rot_transposed(k, d_model):
+    return rotation_for_offset(k, d_model).T
+
+
+def _rot_one_frequency(k, d_model):  # every block rotates by k·ω_0 = k
+    return torch.kron(torch.eye(d_model // 2, dtype=torch.float64), rotation_for_offset(k, 2))
+
+
+def _rot_exponent_i_over_d(k, d_model):
+    R = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        a = k * 10000.0 ** (-i / d_model)
+        R[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]])
+    return R
+
+
+def _rot_pe_ratio(k, d_model):  # "PE(pos + k) / PE(pos)" made diagonal: not a linear map that works for every pos
+    pe = sinusoidal(k + 2, d_model)
+    return torch.diag(pe[k + 1] / pe[1])
+
+
+def _rope_clockwise(x):
+    return rope(x, sign=-1.0)
+
+
+def _rope_from_1(x):
+    return rope(x, start=1)
+
+
+def _rope_half_split(x):  # GPT-NeoX layout: pairs (i, i + d/2) instead of (2i, 2i+1); with d = 2 both agree
+    d = x.shape[-1]
+    perm = torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
+    out = torch.empty_like(x)
+    out[:, perm] = rope(x[:, perm])
+    return out
+
+
+def _rope_one_frequency(x):  # every pair rotated by m (ω_i = 1 for all i); with d = 2 it is right
+    T, d = x.shape
+    angle = torch.arange(T, dtype=torch.float64)[:, None].expand(T, d // 2)
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()), -1).flatten(1)
+
+
+def _mask_no_offset(T, T_k):
+    return torch.ones(T, T_k, dtype=torch.bool).tril()
+
+
+def _mask_float(T, T_k):
+    return kv_causal_mask(T, T_k).float()
+
+
+def _mask_square(T, T_k):
+    return torch.ones(T_k, T_k, dtype=torch.bool).tril()
+
+
+def _mask_strict(T, T_k):  # forgets that a query sees itself
+    return torch.ones(T, T_k, dtype=torch.bool).tril(diagonal=T_k - T - 1)
+
+
+def _mask_future(T, T_k):  # True where masked: the complement
+    return ~kv_causal_mask(T, T_k)
+
+
+def _alibi_abs(T, n_head):  # -m·|j - i|: right below the diagonal, wrong above it
+    return -alibi(T, n_head).abs()
+
+
+def _alibi_last_dim_heads(T, n_head):
+    return alibi(T, n_head).permute(1, 2, 0)
+
+
+# ---------------------------------------------------------------- correct alternatives, other styles
+def _sin_numpy(n_pos, d_model):
+    pe = np.zeros((n_pos, d_model))
+    for p in range(n_pos):
+        for i in range(d_model // 2):
+            pe[p, 2 * i] = math.sin(p / 10000 ** (2 * i / d_model))
+            pe[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / d_model))
+    return torch.from_numpy(pe)
+
+
+def _sin_div_term(n_pos, d_model):  # the Annotated Transformer's exp(-ln(10000)·2i/d)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    angle = torch.arange(n_pos, dtype=torch.float64)[:, None] * div
+    return torch.stack((angle.sin(), angle.cos()), dim=-1).reshape(n_pos, d_model)
+
+
+def _rot_block_diag(k, d_model):
+    blocks = []
+    for i in range(d_model // 2):
+        a = k / 10000 ** (2 * i / d_model)
+        blocks.append(torch.tensor([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]], dtype=torch.float64))
+    return torch.block_diag(*blocks)
+
+
+def _rot_solved(k, d_model):  # each block solved from the map itself: [PE(k), PE(k+1)] = R [PE(0), PE(1)]
+    pe = sinusoidal(abs(k) + 2, d_model)  # positions 0 … |k| + 1
+    R = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for i in range(d_model // 2):
+        s = slice(2 * i, 2 * i + 2)
+        X = pe[0:2, s].T  # columns PE_pair(0), PE_pair(1)
+        Y = pe[abs(k):abs(k) + 2, s].T  # columns PE_pair(|k|), PE_pair(|k| + 1)
+        R_abs = Y @ torch.linalg.inv(X)
+        R[s, s] = R_abs if k >= 0 else R_abs.T  # R(-k) = R(k)ᵀ
+    return R
+
+
+def _rope_complex(x):
+    T, d = x.shape
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    z = torch.view_as_complex(x.reshape(T, d // 2, 2).contiguous())
+    return torch.view_as_real(z * torch.exp(1j * torch.arange(T, dtype=torch.float64)[:, None] * omega)).reshape(T, d)
+
+
+def _rope_matrices(x):
+    T, d = x.shape
+    out = torch.empty_like(x)
+    for m in range(T):
+        for i in range(d // 2):
+            a = m * 10000 ** (-2 * i / d)
+            rot = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=x.dtype)
+            out[m, 2 * i:2 * i + 2] = rot @ x[m, 2 * i:2 * i + 2]
+    return out
+
+
+def _mask_loops(T, T_k):
+    return torch.tensor([[j <= T_k - T + i for j in range(T_k)] for i in range(T)], dtype=torch.bool)
+
+
+def _mask_numpy(T, T_k):
+    return torch.from_numpy(np.tri(T, T_k, T_k - T, dtype=bool))
+
+
+def _alibi_loops(T, n_head):
+    out = torch.zeros(n_head, T, T, dtype=torch.float64)
+    for h in range(1, n_head + 1):
+        for i in range(T):
+            for j in range(T):
+                out[h - 1, i, j] = 2 ** (-8 * h / n_head) * (j - i)
+    return out
+
+
+def _alibi_numpy(T, n_head):
+    slopes = np.geomspace(2 ** (-8 / n_head), 2.0 ** -8, n_head)
+    return torch.from_numpy(slopes[:, None, None] * np.subtract.outer(np.arange(T), np.arange(T)).T)
+
+
+CATALOGUE = {
+    "sinusoidal": {
+        "wrong": [(_sin_cos_first, ["differs", "worst at"]), (_sin_exponent_i_over_d, ["differs", "worst at"]),
+                  (_sin_blocks, ["differs", "worst at"]), (_sin_positions_from_1, ["differs", "case 1"]),
+                  (_sin_one_column_short, ["shape"])],
+        "right": [_sin_numpy, _sin_div_term],
+    },
+    "rotation_for_offset": {
+        "wrong": [(_rot_transposed, ["differs"]), (_rot_one_frequency, ["case 2"]),  # d = 2 has only ω_0 = 1
+                  (_rot_exponent_i_over_d, ["case 2", "differs"]), (_rot_pe_ratio, ["differs"])],
+        "right": [_rot_block_diag, _rot_solved],
+    },
+    "rope": {
+        "wrong": [(_rope_clockwise, ["differs"]), (_rope_from_1, ["differs", "case 1"]),
+                  (_rope_half_split, ["case 2"]), (_rope_one_frequency, ["case 2", "differs"])],
+        "right": [_rope_complex, _rope_matrices],
+    },
+    "kv_causal_mask": {
+        "wrong": [(_mask_no_offset, ["case 2", "entries"]), (_mask_float, ["bool"]), (_mask_square, ["shape"]),
+                  (_mask_strict, ["case 1", "entries"]), (_mask_future, ["entries"])],
+        "right": [_mask_loops, _mask_numpy],
+    },
+    "alibi": {
+        "wrong": [(lambda T, n_head: -alibi(T, n_head), ["sign is flipped"]),
+                  (lambda T, n_head: alibi(T, n_head, slopes_for=8), ["case 2", "H = 4", "not 2^{-h}"]),
+                  (lambda T, n_head: alibi(T, n_head, first_h=0), ["first slope is 2^{-8/H}"]),
+                  (_alibi_abs, ["differs"]), (_alibi_last_dim_heads, ["shape"])],
+        "right": [_alibi_loops, _alibi_numpy],
+    },
+}
+
+
 def test_registry():
-    assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask"}
+    assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "alibi"}
+    assert set(CATALOGUE) == set(registry(6))
 
 
 def test_solutions_pass():
     for name, fn in [("sinusoidal", sinusoidal), ("rotation_for_offset", rotation_for_offset),
-                     ("rope", lambda x: rope(x)), ("kv_causal_mask", kv_causal_mask)]:
+                     ("rope", lambda x: rope(x)), ("kv_causal_mask", kv_causal_mask),
+                     ("alibi", lambda T, n_head: alibi(T, n_head))]:
         result = ch6.EXERCISES[name](fn)
         assert result.passed, f"{name}: {result.message}"
 
 
-def test_sinusoidal_rejects_wrong():
-    def swapped(n_pos, d_model):
-        return sinusoidal(n_pos, d_model)[:, [i ^ 1 for i in range(d_model)]]  # cos first
-
-    def exponent_i_over_d(n_pos, d_model):
-        pos = torch.arange(n_pos, dtype=torch.float64)[:, None]
-        omega = 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float64) / d_model)
-        return torch.stack((torch.sin(pos * omega), torch.cos(pos * omega)), -1).flatten(1)
-
-    def blocks(n_pos, d_model):  # sin half then cos half: a different layout
-        pe = sinusoidal(n_pos, d_model)
-        return torch.cat((pe[:, 0::2], pe[:, 1::2]), dim=1)
-
-    for wrong in (swapped, exponent_i_over_d, blocks):
-        assert_rejected(ch6.check_sinusoidal, wrong, "differs", "worst at")
-    r = ch6.check_sinusoidal(lambda n_pos, d_model: sinusoidal(n_pos, d_model)[:, :-1])
-    assert "shape" in r.message
+@pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
+def test_typical_wrong_answer_rejected(name, wrong, words):
+    assert_rejected(ch6.EXERCISES[name], wrong, *words)
 
 
-def test_rotation_rejects_wrong():
-    def transposed(k, d_model):
-        return rotation_for_offset(k, d_model).T
-
-    def no_frequencies(k, d_model):
-        return rotation_for_offset(k, 2).repeat(1, 1).kron(torch.eye(d_model // 2, dtype=torch.float64))
-
-    assert_rejected(ch6.check_rotation_for_offset, transposed, "differs")
-    # d_model = 2 has only ω_0 = 1: case 1 passes
-    assert_rejected(ch6.check_rotation_for_offset, no_frequencies, "case 2")
-
-
-def test_rope_rejects_wrong():
-    assert_rejected(ch6.check_rope, lambda x: rope(x, sign=-1.0), "differs")
-    assert_rejected(ch6.check_rope, lambda x: rope(x, start=1))
-
-    def half_split(x):  # GPT-NeoX layout: pairs (i, i + d/2) instead of (2i, 2i+1)
-        d = x.shape[-1]
-        perm = torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
-        out = torch.empty_like(x)
-        out[:, perm] = rope(x[:, perm])
-        return out
-
-    assert_rejected(ch6.check_rope, half_split, "case 2")  # with d = 2 both layouts agree
-
-
-def test_kv_mask_rejects_wrong():
-    assert_rejected(ch6.check_kv_causal_mask, lambda T, T_k: torch.ones(T, T_k, dtype=torch.bool).tril(),
-                    "case 2", "entries")
-    assert_rejected(ch6.check_kv_causal_mask, lambda T, T_k: kv_causal_mask(T, T_k).float(), "bool")
-    assert_rejected(ch6.check_kv_causal_mask, lambda T, T_k: torch.ones(T_k, T_k, dtype=torch.bool).tril(), "shape")
+@pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
+def test_correct_alternative_accepted(name, right):
+    assert_accepted(ch6.EXERCISES[name], right)

@@ -4,6 +4,7 @@
 * ``rotation_for_offset(k, d_model)`` — R(k) with PE(pos + k) = R(k) · PE(pos), (d_model, d_model)
 * ``rope(x)`` — rotary encoding of x (T, d) at positions 0 … T-1, interleaved pairs
 * ``kv_causal_mask(T, T_k)`` — the causal mask when the T queries are the last T of T_k positions
+* ``alibi(T, n_head)`` — ALiBi's score bias m_h · (j - i), (n_head, T, T), m_h = 2^{-8h/H}, H a power of 2
 """
 
 from __future__ import annotations
@@ -64,9 +65,36 @@ def check_kv_causal_mask(fn) -> CheckResult:
     return check_function("kv_causal_mask", fn, _ref_kv_mask, cases, compare=compare)
 
 
+def _ref_alibi(T, n_head):
+    return P.alibi_bias(T, n_head=n_head, dtype=torch.float64)
+
+
+def check_alibi(fn) -> CheckResult:
+    """``fn(T, n_head) -> (n_head, T, T)``: entry (h-1, i, j) = m_h · (j - i), m_h = 2^{-8h/H}, h = 1 … H."""
+    cases = [{"T": 4, "n_head": 8}, {"T": 5, "n_head": 4}, {"T": 3, "n_head": 2}, {"T": 1, "n_head": 1}]
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-12, rtol=1e-9)
+        if msg is None or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        H, T = expected.shape[0], expected.shape[1]
+        if T > 1 and torch.allclose(got.double(), -expected):
+            return msg + "; hint: the sign is flipped — keys behind the query (j < i) get a penalty, m_h·(j - i) < 0"
+        first = got[0, -1, 0].item() / (1 - T) if T > 1 else None  # the slope of head 1, read off the matrix
+        if first is not None and abs(first - 1.0) < 1e-9:
+            return msg + "; hint: head h runs from 1 to H, so the first slope is 2^{-8/H}, not 2^0 = 1"
+        if first is not None and H != 8 and abs(first - 0.5) < 1e-9:
+            return msg + (f"; hint: the slopes are 2^{{-8h/H}} with H = {H}, not 2^{{-h}} "
+                          "(which is right for H = 8 only)")
+        return msg
+
+    return check_function("alibi", fn, _ref_alibi, cases, compare=compare)
+
+
 EXERCISES = {
     "sinusoidal": check_sinusoidal,
     "rotation_for_offset": check_rotation_for_offset,
     "rope": check_rope,
     "kv_causal_mask": check_kv_causal_mask,
+    "alibi": check_alibi,
 }
