@@ -132,6 +132,52 @@ def _seq_by_cross_entropy(logits, tokens):  # right: minus F.cross_entropy witho
     return -nll.reshape(tokens.shape).sum(-1)
 
 
+# ---- chi_square_statistic -----------------------------------------------------------------------------------
+
+
+def chi_square_statistic(counts, probs):
+    n = counts.sum(-1, keepdim=True)
+    expected = n * probs
+    keep = probs > 0
+    return torch.where(keep, (counts - expected) ** 2 / torch.where(keep, expected, 1.0), 0.0).sum(-1)
+
+
+def _chi2_loop(counts, probs):  # right: plain Python over the rows
+    c2, p2 = counts.reshape(-1, counts.shape[-1]).tolist(), probs.reshape(-1, probs.shape[-1]).tolist()
+    out = [sum((o - sum(c) * p) ** 2 / (sum(c) * p) for o, p in zip(c, q, strict=True) if p > 0)
+           for c, q in zip(c2, p2, strict=True)]
+    return torch.tensor(out, dtype=torch.float64).reshape(counts.shape[:-1])
+
+
+def _chi2_expanded(counts, probs):  # right: X² = Σ O²/E - N over the tokens with p > 0 (counts there are 0 anyway)
+    n = counts.sum(-1, keepdim=True).double()
+    e = n * probs
+    return torch.where(probs > 0, counts.double() ** 2 / torch.where(probs > 0, e, 1.0), 0.0).sum(-1) - n[..., 0]
+
+
+def _chi2_unmasked(counts, probs):  # divides by E = 0 for a removed token: 0/0 = NaN
+    e = counts.sum(-1, keepdim=True) * probs
+    return ((counts - e) ** 2 / e).sum(-1)
+
+
+def _chi2_batch_n(counts, probs):  # N of the whole batch, not of each row
+    e = counts.sum() * probs
+    keep = probs > 0
+    return torch.where(keep, (counts - e) ** 2 / torch.where(keep, e, 1.0), 0.0).sum(-1)
+
+
+def _chi2_frequencies(counts, probs):  # frequencies instead of counts: X² / N
+    f = counts / counts.sum(-1, keepdim=True)
+    keep = probs > 0
+    return torch.where(keep, (f - probs) ** 2 / torch.where(keep, probs, 1.0), 0.0).sum(-1)
+
+
+def _chi2_neyman(counts, probs):  # divides by the observed count instead of the expected one
+    e = counts.sum(-1, keepdim=True) * probs
+    keep = probs > 0
+    return torch.where(keep, (counts - e) ** 2 / torch.where(keep, counts.clamp_min(1), 1), 0.0).sum(-1)
+
+
 CATALOGUE = {
     "stable_softmax": {
         "wrong": [
@@ -173,15 +219,25 @@ CATALOGUE = {
         ],
         "right": [_seq_by_logsumexp, _seq_by_cross_entropy],
     },
+    "chi_square_statistic": {
+        "wrong": [
+            (_chi2_unmasked, ["NaN", "case 3", "p_i = 0"]),
+            (_chi2_batch_n, ["differs in", "case 2", "of each row"]),
+            (_chi2_frequencies, ["differs in", "case 1", "use counts, not frequencies"]),
+            (_chi2_neyman, ["differs in", "case 1", "divide by the expected count"]),
+            (lambda counts, probs: chi_square_statistic(counts, probs).sum(), ["shape", "case 2"]),
+        ],
+        "right": [_chi2_loop, _chi2_expanded],
+    },
 }
 
 
 def test_registry():
     assert registry(2) == ch2.EXERCISES
-    assert set(ch2.EXERCISES) == {"stable_softmax", "top_p_filter", "sequence_log_prob"}
+    assert set(ch2.EXERCISES) == {"stable_softmax", "top_p_filter", "sequence_log_prob", "chi_square_statistic"}
 
 
-@pytest.mark.parametrize("fn", [stable_softmax, top_p_filter, sequence_log_prob])
+@pytest.mark.parametrize("fn", [stable_softmax, top_p_filter, sequence_log_prob, chi_square_statistic])
 def test_solutions_pass(fn):
     result = ch2.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message

@@ -15,7 +15,8 @@ from transformer_lab.sampling import filter_logits
 from transformer_lab.softmax import log_softmax
 from transformer_lab.softmax import softmax as _softmax
 
-__all__ = ["EXERCISES", "check_sequence_log_prob", "check_stable_softmax", "check_top_p_filter"]
+__all__ = ["EXERCISES", "check_chi_square_statistic", "check_sequence_log_prob", "check_stable_softmax",
+           "check_top_p_filter"]
 
 
 def _softmax_reference(z):
@@ -121,5 +122,37 @@ def check_sequence_log_prob(fn) -> CheckResult:
     return _with_hint(result, _SEQ_HINT)
 
 
+def _chi2_reference(counts, probs):
+    n = counts.sum(-1, keepdim=True).double()  # N, the number of draws of each row   (..., 1)
+    expected = n * probs  # E_i = N p_i
+    terms = torch.where(probs > 0, (counts - expected) ** 2 / torch.where(probs > 0, expected, 1.0), 0.0)
+    return terms.sum(-1)  # X² = Σ_{p_i > 0} (O_i - E_i)² / E_i   (...)
+
+
+def _chi2_cases(seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    yield {"counts": torch.tensor([48, 33, 19]), "probs": p}
+    q = torch.softmax(randn(gen, 4, 6), -1)
+    yield {"counts": torch.stack([torch.multinomial(row, 500, replacement=True, generator=gen).bincount(minlength=6)
+                                  for row in q]), "probs": q}  # a batch: N per row
+    yield {"counts": torch.tensor([[70, 0, 30, 0], [10, 0, 0, 10]]),
+           "probs": torch.tensor([[0.6, 0.0, 0.4, 0.0], [0.25, 0.0, 0.25, 0.5]], dtype=torch.float64)}  # p = 0
+    yield {"counts": torch.tensor([1030, 1950, 7020]), "probs": torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64)}
+
+
+_CHI2_HINT = {1: " (hint: X² = Σ (O_i - E_i)² / E_i with E_i = N p_i, N the number of draws: divide by the "
+                 "expected count, and use counts, not frequencies)",
+              2: " (hint: N is the number of draws of each row, counts.sum(-1), not of the whole batch)",
+              3: " (hint: leave out the tokens with p_i = 0; a removed token is checked by its count being 0)"}
+
+
+def check_chi_square_statistic(fn) -> CheckResult:
+    """``chi_square_statistic(counts, probs)``: Pearson's X² = Σ_{p_i > 0} (O_i - N p_i)² / (N p_i) over the last
+    dimension, counts (..., V) int, probs (..., V) -> (...)."""
+    result = check_function("chi_square_statistic", fn, _chi2_reference, _chi2_cases(), atol=1e-9, rtol=1e-10)
+    return _with_hint(result, _CHI2_HINT)
+
+
 EXERCISES = {"stable_softmax": check_stable_softmax, "top_p_filter": check_top_p_filter,
-             "sequence_log_prob": check_sequence_log_prob}
+             "sequence_log_prob": check_sequence_log_prob, "chi_square_statistic": check_chi_square_statistic}
