@@ -1,13 +1,17 @@
-"""Chapter 5 exercise checkers: each accepts the solution and rejects wrong ones with a message naming the fault."""
+"""Chapter 5 exercise checkers: each accepts the solution and correct alternatives in other styles, and rejects the
+typical wrong answers (CATALOGUE) with a message that says what differs and, where it can, why."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 
+import numpy as np
+import pytest
 import torch
-from conftest import assert_rejected
+import torch.nn.functional as F
+from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.exercises import ch5, registry
 
@@ -32,15 +36,168 @@ def bigram_entropy(text):
     return -sum(c / n * math.log2(c / first[a]) for (a, _), c in pairs.items())
 
 
+def head_entropy(weights):
+    return -torch.special.xlogy(weights, weights).sum(dim=-1)
+
+
+SOLUTIONS = {"cross_entropy_from_logits": cross_entropy_from_logits, "kl_div": kl_div,
+             "bigram_entropy": bigram_entropy, "head_entropy": head_entropy}
+
+
+# ---------------------------------------------------------------- correct alternatives, in other styles
+def _ce_row_loop(logits, targets):  # one row at a time, shift by the row's max
+    losses = []
+    for z, y in zip(logits, targets, strict=True):
+        m = z.max()
+        losses.append(m + (z - m).exp().sum().log() - z[y])
+    return torch.stack(losses).mean()
+
+
+def _ce_indexing(logits, targets):  # fancy indexing instead of gather, amax instead of max
+    m = logits.amax(-1)
+    lse = m + torch.log(torch.sum(torch.exp(logits - m[:, None]), -1))
+    return torch.mean(lse - logits[torch.arange(len(targets)), targets])
+
+
+def _kl_where(p, q):
+    return torch.where(p > 0, p * (torch.log(p) - torch.log(q)), torch.zeros_like(p)).sum(-1)
+
+
+def _kl_torch(p, q):
+    return F.kl_div(q.log(), p, reduction="none").sum(-1)
+
+
+def _bigram_numpy(text):  # H(X_{t-1}, X_t) - H(X_{t-1}) over the same pairs
+    pairs = np.array(list(Counter(text[i:i + 2] for i in range(len(text) - 1)).values()), dtype=float)
+    firsts = np.array(list(Counter(text[:-1]).values()), dtype=float)
+    n = pairs.sum()
+    return float(-(pairs / n * np.log2(pairs / n)).sum() + (firsts / n * np.log2(firsts / n)).sum())
+
+
+def _bigram_dicts(text):  # P(b | a) as nested dicts
+    follow = defaultdict(Counter)
+    for i in range(len(text) - 1):
+        follow[text[i]][text[i + 1]] += 1
+    n = len(text) - 1
+    h = 0.0
+    for counts in follow.values():
+        total = sum(counts.values())
+        h -= sum(c / n * math.log2(c / total) for c in counts.values())
+    return h
+
+
+def _head_where(weights):
+    return torch.where(weights > 0, -weights * weights.log(), torch.zeros_like(weights)).sum(-1)
+
+
+def _head_clamped(weights):  # log of a clamped weight: 0 · log(tiny) = 0 exactly
+    return -(weights * torch.log(weights.clamp_min(1e-300))).sum(dim=-1)
+
+
+# ---------------------------------------------------------------- typical wrong answers
+def _ce_naive(logits, targets):  # softmax first, log second: overflows on huge logits
+    p = torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)
+    return -torch.log(p[torch.arange(len(targets)), targets]).mean()
+
+
+def _ce_forgot_max_back(logits, targets):  # shifted, but did not add m back
+    m = logits.max(dim=-1, keepdim=True).values
+    lse = torch.log(torch.exp(logits - m).sum(dim=-1))
+    return (lse - logits.gather(-1, targets[:, None]).squeeze(-1)).mean()
+
+
+def _ce_mean_shift(logits, targets):  # shift by the mean: e^{1000 - 0} still overflows
+    m = logits.mean(dim=-1, keepdim=True)
+    lse = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
+    return (lse - logits.gather(-1, targets[:, None]).squeeze(-1)).mean()
+
+
+def _bigram_joint(text):  # H(X_{t-1}, X_t) instead of the conditional
+    pairs = Counter(itertools.pairwise(text))
+    n = sum(pairs.values())
+    return -sum(c / n * math.log2(c / n) for c in pairs.values())
+
+
+def _bigram_unigram(text):
+    counts = Counter(text)
+    return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
+
+
+def _bigram_circular(text):  # reads the text as a circle, like the package's ngram_entropy
+    return bigram_entropy(text + text[0])
+
+
+def _bigram_all_first_chars(text):  # c(a) counted over the whole text, not over the pairs' first characters
+    pairs = Counter(itertools.pairwise(text))
+    first = Counter(text)
+    n = sum(pairs.values())
+    return -sum(c / n * math.log2(c / first[a]) for (a, _), c in pairs.items())
+
+
+CATALOGUE = {
+    "cross_entropy_from_logits": {
+        "wrong": [
+            (_ce_naive, ["case 4", "exp overflowed", "subtract each row's max"]),
+            (lambda logits, targets: cross_entropy_from_logits(logits, targets) * len(targets),
+             ["differs", "case 1", "4 times the answer", "return the mean"]),
+            (lambda logits, targets: -cross_entropy_from_logits(logits, targets), ["expected", "sign is flipped"]),
+            (lambda logits, targets: cross_entropy_from_logits(logits, targets) / math.log(2), ["in bits"]),
+            (_ce_forgot_max_back, ["differs", "case 1"]),
+            (_ce_mean_shift, ["case 4", "exp overflowed"]),
+            (lambda logits, targets: (cross_entropy_from_logits(logits[i:i + 1], targets[i:i + 1])
+                                      for i in range(len(targets))), ["should be a Tensor", "got generator"]),
+            (lambda logits, targets: torch.stack([cross_entropy_from_logits(logits[i:i + 1], targets[i:i + 1])
+                                                  for i in range(len(targets))]),
+             ["shape (4,), expected ()", "return the mean over the rows"]),
+        ],
+        "right": [_ce_row_loop, _ce_indexing],
+    },
+    "kl_div": {
+        "wrong": [
+            (lambda p, q: kl_div(q, p), ["differs", "the order of p and q matters"]),
+            (lambda p, q: (p * torch.log(p / q)).sum(-1), ["NaN", "case 3", "xlogy"]),
+            (lambda p, q: kl_div(p, q) / math.log(2), ["worst at", "in bits"]),
+            (lambda p, q: (torch.special.xlogy(p, q) - torch.special.xlogy(p, p)).sum(-1), ["never negative"]),
+            (lambda p, q: (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).mean(-1),
+             ["differs", "1/6 of the answer", "do not average"]),
+            (lambda p, q: (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(), ["case 2", "shape ()"]),
+        ],
+        "right": [_kl_where, _kl_torch],
+    },
+    "bigram_entropy": {
+        "wrong": [
+            (_bigram_joint, ["expected 0.000000"]),  # "abababab": b always follows a
+            (lambda text: bigram_entropy(text) * math.log(2), ["nats", "divide by ln 2"]),
+            (_bigram_unigram, ["bits/char"]),
+            (lambda text: "1.0", ["should be a number"]),
+            (_bigram_circular, ["bits/char", "expected"]),
+            (_bigram_all_first_chars, ["bits/char"]),
+        ],
+        "right": [_bigram_numpy, _bigram_dicts],
+    },
+    "head_entropy": {
+        "wrong": [
+            (lambda w: -(w * w.log()).sum(-1), ["NaN", "case 2", "xlogy"]),  # 0 · log 0 on a masked key
+            (lambda w: torch.special.xlogy(w, w).sum(-1), ["sign is flipped"]),
+            (lambda w: -torch.special.xlogy(w, w).sum(-1) / math.log(2), ["in bits"]),
+            (lambda w: -torch.special.xlogy(w, w).sum(-2), ["case 1", "over the keys, the last dimension"]),  # queries
+            (lambda w: -torch.special.xlogy(w, w).mean(-1), ["differs", "1/4 of the answer", "do not average"]),
+            (lambda w: -(w * torch.log(w / w.sum(-1, keepdim=True))).nan_to_num(0.0).sum(-1)
+             + torch.where(w.sum(-1) == 0, float("nan"), 0.0), ["NaN", "case 4"]),  # NaN on the all-zero row
+        ],
+        "right": [_head_where, _head_clamped],
+    },
+}
+
+
 def test_registry():
-    assert set(registry(5)) == {"cross_entropy_from_logits", "kl_div", "bigram_entropy"}
+    assert set(registry(5)) == set(SOLUTIONS) == set(CATALOGUE)
 
 
-def test_solutions_pass():
-    for name, fn in [("cross_entropy_from_logits", cross_entropy_from_logits), ("kl_div", kl_div),
-                     ("bigram_entropy", bigram_entropy)]:
-        result = ch5.EXERCISES[name](fn)
-        assert result.passed, result.message
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+def test_solution_passes(name):
+    result = ch5.EXERCISES[name](SOLUTIONS[name])
+    assert result.passed, result.message
 
 
 def test_stub_reports_not_written():
@@ -50,52 +207,17 @@ def test_stub_reports_not_written():
     assert_rejected(ch5.check_kl_div, kl_div, "not written yet")
 
 
-def test_cross_entropy_rejects_wrong():
-    def naive(logits, targets):  # overflows on huge logits
-        p = torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)
-        return -torch.log(p[torch.arange(len(targets)), targets]).mean()
-
-    def summed(logits, targets):
-        return cross_entropy_from_logits(logits, targets) * len(targets)
-
-    def wrong_sign(logits, targets):
-        return -cross_entropy_from_logits(logits, targets)
-
-    r = assert_rejected(ch5.check_cross_entropy_from_logits, naive, "case 4")  # only the huge-logit case fails
-    assert "NaN" in r.message or "differs" in r.message
-    assert_rejected(ch5.check_cross_entropy_from_logits, summed, "differs", "case 1")
-    assert_rejected(ch5.check_cross_entropy_from_logits, wrong_sign, "expected")
+def test_head_entropy_cases_hold_a_fully_masked_row():
+    """The last case is attention's own output for a query that may see no key: a row of zeros, entropy 0."""
+    result = ch5.check_head_entropy(lambda w: -torch.special.xlogy(w, w).sum(-1).nan_to_num(0.0))
+    assert result.passed, result.message
 
 
-def test_kl_rejects_wrong():
-    def swapped(p, q):
-        return kl_div(q, p)
-
-    def naive(p, q):  # 0 * log(0 / q) = 0 * -inf = NaN
-        return (p * torch.log(p / q)).sum(-1)
-
-    def bits(p, q):
-        return kl_div(p, q) / math.log(2)
-
-    assert_rejected(ch5.check_kl_div, swapped, "differs")
-    assert_rejected(ch5.check_kl_div, naive, "NaN", "case 3")
-    assert_rejected(ch5.check_kl_div, bits, "worst at")
+@pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
+def test_typical_wrong_answer_rejected(name, wrong, words):
+    assert_rejected(ch5.EXERCISES[name], wrong, *words)
 
 
-def test_bigram_rejects_wrong():
-    def joint(text):  # H(X_{t-1}, X_t) instead of the conditional
-        pairs = Counter(itertools.pairwise(text))
-        n = sum(pairs.values())
-        return -sum(c / n * math.log2(c / n) for c in pairs.values())
-
-    def nats(text):
-        return bigram_entropy(text) * math.log(2)
-
-    def unigram(text):
-        counts = Counter(text)
-        return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
-
-    assert_rejected(ch5.check_bigram_entropy, joint, "expected 0.000000")  # "abababab": b always follows a
-    assert_rejected(ch5.check_bigram_entropy, nats, "nats")
-    assert_rejected(ch5.check_bigram_entropy, unigram, "bits/char")
-    assert_rejected(ch5.check_bigram_entropy, lambda text: "1.0")
+@pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
+def test_correct_alternative_accepted(name, right):
+    assert_accepted(ch5.EXERCISES[name], right)
