@@ -1,9 +1,12 @@
-"""Chapter-3 exercise checkers: accept the solution, reject wrong ones with a message naming the difference."""
+"""Chapter-3 exercise checkers: accept the solutions and correct answers in other styles, reject the typical wrong
+answers with a message that names the difference (and, for a known mistake, a hint)."""
 
 import math
 
+import numpy as np
+import pytest
 import torch
-from conftest import assert_rejected
+from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.exercises import ch3, registry
 
@@ -37,9 +40,181 @@ def inverted_dropout(x, keep, p):
     return torch.where(keep, x / (1 - p), torch.zeros_like(x))
 
 
+# ---------------------------------------------------------------- typical wrong answers
+def adam_no_bias_correction(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    b1, b2 = betas
+    param = param * (1 - lr * weight_decay)
+    m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
+    return param - lr * m / (v.sqrt() + eps), m, v
+
+
+def adam_coupled_decay(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):  # Adam + L2
+    return adam_step(param, grad + weight_decay * param, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
+                     weight_decay=0.0)
+
+
+def adam_only_param(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    return adam_step(param, grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
+                     weight_decay=weight_decay)[0]
+
+
+def adam_decay_after_update(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    new, m, v = adam_step(param, grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+    return new * (1 - lr * weight_decay), m, v
+
+
+def adam_eps_inside_sqrt(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    b1, b2 = betas
+    param = param * (1 - lr * weight_decay)
+    m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
+    return param - lr * (m / (1 - b1**step)) / (v / (1 - b2**step) + eps).sqrt(), m, v
+
+
+def adam_step_off_by_one(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    return adam_step(param, grad, exp_avg, exp_avg_sq, step + 1, lr=lr, betas=betas, eps=eps,
+                     weight_decay=weight_decay)
+
+
+def lr_zero_at_start(step, max_lr, min_lr, warmup, total):  # ramps from 0: step 0 wasted
+    return max_lr * step / warmup if step < warmup else warmup_cosine_lr(step, max_lr, min_lr, warmup, total)
+
+
+def lr_no_floor(step, max_lr, min_lr, warmup, total):  # decays to 0, ignores min_lr
+    return warmup_cosine_lr(step, max_lr, 0.0, warmup, total)
+
+
+def lr_progress_over_total(step, max_lr, min_lr, warmup, total):
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    if step > total:
+        return min_lr
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * (step - warmup) / total))
+
+
+def lr_plain_cosine(step, max_lr, min_lr, warmup, total):
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    return min_lr + (max_lr - min_lr) * math.cos(math.pi * min(1.0, (step - warmup) / (total - warmup)))
+
+
+def lr_ramp_one_step_too_long(step, max_lr, min_lr, warmup, total):
+    if step <= warmup:  # off by one: overshoots the peak at step = warmup (and divides by zero at warmup = 0)
+        return max_lr * (step + 1) / warmup
+    return warmup_cosine_lr(step, max_lr, min_lr, warmup, total)
+
+
+def gd_ascent(A, theta0, lr, steps):
+    return gradient_descent(A, theta0, -lr, steps)
+
+
+def gd_no_start(A, theta0, lr, steps):
+    return gradient_descent(A, theta0, lr, steps)[1:]
+
+
+def gd_twice_the_gradient(A, theta0, lr, steps):  # ∇(½θᵀAθ) taken as 2Aθ
+    return gradient_descent(A, theta0, 2 * lr, steps)
+
+
+def gd_in_place(A, theta0, lr, steps):  # every row is the same tensor, changed in place
+    theta, rows = theta0.clone(), []
+    for _ in range(steps + 1):
+        rows.append(theta)
+        theta -= lr * A @ theta
+    return torch.stack(rows)
+
+
+def gd_list(A, theta0, lr, steps):
+    return list(gradient_descent(A, theta0, lr, steps))
+
+
+# ---------------------------------------------------------------- correct answers in other styles
+def adam_pytorch_form(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    b1, b2 = betas
+    m = torch.lerp(exp_avg, grad, 1 - b1)
+    v = exp_avg_sq * b2 + (1 - b2) * grad * grad
+    step_size = lr / (1 - b1**step)
+    denom = v.sqrt() / math.sqrt(1 - b2**step) + eps
+    return param.mul(1 - lr * weight_decay).addcdiv(m, denom, value=-step_size), m, v
+
+
+def adam_numpy(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    p, g, m, v = (t.numpy() for t in (param, grad, exp_avg, exp_avg_sq))
+    m = betas[0] * m + (1 - betas[0]) * g
+    v = betas[1] * v + (1 - betas[1]) * np.square(g)
+    p = p * (1 - lr * weight_decay) - lr * (m / (1 - betas[0] ** step)) / (np.sqrt(v / (1 - betas[1] ** step)) + eps)
+    return tuple(torch.from_numpy(a) for a in (p, m, v))
+
+
+def lr_clamped(step, max_lr, min_lr, warmup, total):
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+
+
+def lr_numpy(step, max_lr, min_lr, warmup, total):
+    ramp = max_lr * (step + 1) / max(warmup, 1)
+    progress = np.clip((step - warmup) / (total - warmup), 0.0, 1.0)
+    cosine = min_lr + (max_lr - min_lr) * 0.5 * (1 + np.cos(np.pi * progress))
+    return np.float64(ramp if step < warmup else cosine)
+
+
+def gd_matrix_power(A, theta0, lr, steps):
+    M = torch.eye(A.shape[0], dtype=A.dtype) - lr * A  # θ_k = (I − ηA)ᵏ θ₀
+    return torch.stack([torch.linalg.matrix_power(M, k) @ theta0 for k in range(steps + 1)])
+
+
+def gd_preallocated(A, theta0, lr, steps):
+    out = torch.empty(steps + 1, theta0.shape[0], dtype=theta0.dtype)
+    out[0] = theta0
+    for k in range(steps):
+        out[k + 1] = out[k] - lr * torch.einsum("ij,j->i", A, out[k])
+    return out
+
+
+CATALOGUE = {
+    "adam_step": {
+        "wrong": [(adam_no_bias_correction, ["output[0] differs", "case 1", "Hint: divide m by (1 − β₁ᵗ)"]),
+                  (adam_coupled_decay, ["differs", "worst at", "L2 penalty"]),
+                  (adam_only_param, ["should be a tuple of 3 items"]),
+                  (adam_decay_after_update, ["differs", "before the Adam update"]),
+                  (adam_eps_inside_sqrt, ["differs", "√v̂ + ε"]),
+                  (adam_step_off_by_one, ["differs", "case 1"])],
+        "right": [adam_pytorch_form, adam_numpy],
+    },
+    "warmup_cosine_lr": {
+        "wrong": [(lr_zero_at_start, ["learning rate 0, expected 0.0001", "step=0", "(step + 1)/warmup"]),
+                  (lr_no_floor, ["expected", "step=35", "not to 0"]),
+                  (lambda step, max_lr, min_lr, warmup, total: "fast", ["should return a number"]),
+                  (lr_progress_over_total, ["expected", "(step − warmup)/(total − warmup)"]),
+                  (lr_plain_cosine, ["expected", "½(1 + cos(π·progress))"]),
+                  (lr_ramp_one_step_too_long, ["learning rate 0.0011, expected 0.001", "step=10", "step < warmup"])],
+        "right": [lr_clamped, lr_numpy],
+    },
+    "gradient_descent": {
+        "wrong": [(gd_ascent, ["differs", "worst at", "θ − η∇L"]),
+                  (gd_no_start, ["has shape (20, 2), expected (21, 2)"]),
+                  (gd_twice_the_gradient, ["differs", "not 2Aθ"]),
+                  (gd_in_place, ["differs", "case 1"]),
+                  (gd_list, ["should be a Tensor, got list"])],
+        "right": [gd_matrix_power, gd_preallocated],
+    },
+    "inverted_dropout": {
+        "wrong": [(lambda x, keep, p: x * keep, ["differs", "expected", "1/(1 − p)"]),  # forgot 1/(1 − p)
+                  (lambda x, keep, p: x * keep / p, ["differs", "not by p"]),
+                  (lambda x, keep, p: x * ~keep / (1 - p), ["differs", "survive"]),
+                  (lambda x, keep, p: x * keep * (1 - p), ["differs", "worst at"]),
+                  (lambda x, keep, p: keep.to(x.dtype) / (1 - p), ["differs"])],
+        "right": [lambda x, keep, p: x * keep.to(x.dtype) / (1 - p),
+                  lambda x, keep, p: x.masked_fill(~keep, 0.0) / (1 - p)],
+    },
+}
+
+
 def test_registry():
     assert registry(3) == ch3.EXERCISES
     assert set(ch3.EXERCISES) == {"adam_step", "warmup_cosine_lr", "gradient_descent", "inverted_dropout"}
+    assert set(CATALOGUE) == set(ch3.EXERCISES)
 
 
 def test_solutions_pass():
@@ -56,50 +231,11 @@ def test_stub_says_not_written():
     assert_rejected(ch3.check_adam_step, adam_step, "not written yet")
 
 
-def test_adam_step_rejects():
-    def no_bias_correction(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
-        b1, b2 = betas
-        param = param * (1 - lr * weight_decay)
-        m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
-        return param - lr * m / (v.sqrt() + eps), m, v
-
-    def coupled_decay(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):  # Adam + L2
-        return adam_step(param, grad + weight_decay * param, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
-                         weight_decay=0.0)
-
-    def only_param(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
-        return adam_step(param, grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
-                         weight_decay=weight_decay)[0]
-
-    assert_rejected(ch3.check_adam_step, no_bias_correction, "output[0] differs", "case 1")
-    assert_rejected(ch3.check_adam_step, coupled_decay, "differs", "worst at")
-    assert_rejected(ch3.check_adam_step, only_param, "should be a tuple of 3 items")
+@pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
+def test_typical_wrong_answer_rejected(name, wrong, words):
+    assert_rejected(ch3.EXERCISES[name], wrong, *words)
 
 
-def test_schedule_rejects():
-    def zero_at_start(step, max_lr, min_lr, warmup, total):  # ramps from 0: step 0 wasted
-        return max_lr * step / warmup if step < warmup else warmup_cosine_lr(step, max_lr, min_lr, warmup, total)
-
-    def no_floor(step, max_lr, min_lr, warmup, total):  # decays to 0, ignores min_lr
-        return warmup_cosine_lr(step, max_lr, 0.0, warmup, total)
-
-    assert_rejected(ch3.check_warmup_cosine_lr, zero_at_start, "learning rate 0, expected 0.0001", "step=0")
-    assert_rejected(ch3.check_warmup_cosine_lr, no_floor, "expected", "step=35")
-    assert_rejected(ch3.check_warmup_cosine_lr, lambda step, max_lr, min_lr, warmup, total: "fast",
-             "should return a number")
-
-
-def test_gradient_descent_rejects():
-    def ascent(A, theta0, lr, steps):
-        return gradient_descent(A, theta0, -lr, steps)
-
-    def no_start(A, theta0, lr, steps):
-        return gradient_descent(A, theta0, lr, steps)[1:]
-
-    assert_rejected(ch3.check_gradient_descent, ascent, "differs", "worst at")
-    assert_rejected(ch3.check_gradient_descent, no_start, "has shape (20, 2), expected (21, 2)")
-
-
-def test_inverted_dropout_rejects():
-    assert_rejected(ch3.check_inverted_dropout, lambda x, keep, p: x * keep, "differs", "expected")  # forgot 1/(1−p)
-    assert_rejected(ch3.check_inverted_dropout, lambda x, keep, p: x * keep / p, "differs")  # divided by p
+@pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
+def test_correct_alternative_accepted(name, right):
+    assert_accepted(ch3.EXERCISES[name], right)

@@ -8,13 +8,29 @@
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable
+
 import torch
 
-from transformer_lab.exercises import CheckResult, check_function, generator
+from transformer_lab.exercises import CheckResult, check_function, distinct_digits, generator
 from transformer_lab.optim import AdamW, WarmupCosine
 
 D = torch.float64
 
+
+def _with_hints(result: CheckResult, fn, cases: list[dict], hints: list[tuple[Callable, str]], **tol) -> CheckResult:
+    """``result``, with a hint appended when ``fn`` equals a known typical mistake ``(mistake, hint)`` on the cases
+    up to the one it failed."""
+    if result.passed:
+        return result
+    failed = re.search(r"on case (\d+):", result.message)
+    upto = cases[: int(failed[1])] if failed else cases
+    for mistake, hint in hints:
+        if check_function(result.name, fn, mistake, upto, **tol).passed:
+            return CheckResult(result.name, False, f"{result.message}. Hint: {hint}")
+    return result
 
 
 # ---------------------------------------------------------------- 1. one AdamW step
@@ -42,7 +58,31 @@ def check_adam_step(fn) -> CheckResult:
 
     cases = [case((5,), 1), case((3, 4), 7), case((2, 3), 2, betas=(0.8, 0.95), weight_decay=0.0),
              case((4,), 1000, scale=1e-3, lr=3e-4)]
-    return check_function("adam_step", fn, _ref_adam_step, cases, atol=1e-12, rtol=1e-9)
+    tol = dict(atol=1e-12, rtol=1e-9)
+    return _with_hints(check_function("adam_step", fn, _ref_adam_step, cases, **tol), fn, cases, _ADAM_HINTS, **tol)
+
+
+def _adam_variant(*, correct=True, coupled=False, decay_last=False, eps_inside=False):
+    def step_fn(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+        b1, b2 = betas
+        if coupled:  # Adam + L2: the decay goes through the moments
+            grad = grad + weight_decay * param
+        decayed = param if coupled or decay_last else param * (1 - lr * weight_decay)
+        m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
+        m_hat, v_hat = (m / (1 - b1**step), v / (1 - b2**step)) if correct else (m, v)
+        denom = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
+        new = decayed - lr * m_hat / denom
+        return (new * (1 - lr * weight_decay) if decay_last else new), m, v
+    return step_fn
+
+
+_ADAM_HINTS = [
+    (_adam_variant(correct=False), "divide m by (1 − β₁ᵗ) and v by (1 − β₂ᵗ) (bias correction, t = step)"),
+    (_adam_variant(coupled=True), "that is Adam with an L2 penalty (λθ added to the gradient); AdamW decays the "
+                                  "parameter directly, θ ← θ(1 − ηλ), and keeps the decay out of m and v"),
+    (_adam_variant(decay_last=True), "apply the decay θ(1 − ηλ) to the parameter before the Adam update"),
+    (_adam_variant(eps_inside=True), "ε is added after the square root: √v̂ + ε, not √(v̂ + ε)"),
+]
 
 
 # ---------------------------------------------------------------- 2. the schedule
@@ -55,8 +95,35 @@ def check_warmup_cosine_lr(fn) -> CheckResult:
     sched = dict(max_lr=1e-3, min_lr=1e-4, warmup=10, total=110)
     cases = [dict(step=s, **sched) for s in (0, 4, 9, 10, 35, 60, 109, 110, 500)]
     cases += [dict(step=s, max_lr=6e-4, min_lr=0.0, warmup=0, total=50) for s in (0, 25, 50)]
-    return check_function("warmup_cosine_lr", fn, _ref_warmup_cosine_lr, cases, atol=1e-12, rtol=1e-9,
-                          compare=_compare_float)
+    tol = dict(atol=1e-12, rtol=1e-9, compare=_compare_float)
+    return _with_hints(check_function("warmup_cosine_lr", fn, _ref_warmup_cosine_lr, cases, **tol), fn, cases,
+                       _SCHEDULE_HINTS, **tol)
+
+
+def _cosine(step, max_lr, min_lr, warmup, total, *, span=None, one_plus=True):
+    progress = (step - warmup) / (span if span is not None else total - warmup)
+    c = math.cos(math.pi * min(progress, 1.0))
+    return min_lr + (max_lr - min_lr) * ((1 + c) / 2 if one_plus else c)
+
+
+_SCHEDULE_HINTS = [
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * step / warmup if step < warmup
+     else _cosine(step, max_lr, min_lr, warmup, total),
+     "the warm-up is max_lr·(step + 1)/warmup, so that step 0 is not wasted at learning rate 0"),
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step < warmup
+     else _cosine(step, max_lr, min_lr, warmup, total, span=total),
+     "the cosine's progress is (step − warmup)/(total − warmup), which runs from 0 to 1 over the decay"),
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step < warmup
+     else _cosine(step, max_lr, min_lr, warmup, total, one_plus=False),
+     "the cosine factor is ½(1 + cos(π·progress)), which goes from 1 to 0, not cos(π·progress)"),
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step < warmup
+     else _cosine(step, max_lr, 0.0, warmup, total),
+     "the cosine decays to min_lr, not to 0"),
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step <= warmup and warmup
+     else _cosine(step, max_lr, min_lr, warmup, total),
+     "the ramp covers steps 0, …, warmup − 1 (step < warmup) and reaches max_lr at warmup − 1; at step = warmup "
+     "the cosine starts from max_lr"),
+]
 
 
 def _compare_float(got, expected):
@@ -65,7 +132,8 @@ def _compare_float(got, expected):
     except (TypeError, ValueError):
         return f"should return a number, got {type(got).__name__}"
     if abs(got - expected) > 1e-12 + 1e-9 * abs(expected):
-        return f"learning rate {got:.6g}, expected {expected:.6g}"
+        shown_got, shown_expected = distinct_digits(got, expected)
+        return f"learning rate {shown_got}, expected {shown_expected}"
     return None
 
 
@@ -86,7 +154,13 @@ def check_gradient_descent(fn) -> CheckResult:
              {"A": M @ M.T + torch.eye(3, dtype=D), "theta0": torch.randn(3, generator=g, dtype=D), "lr": 0.02,
               "steps": 15},
              {"A": torch.tensor([[2.0]], dtype=D), "theta0": torch.tensor([3.0], dtype=D), "lr": 1.1, "steps": 5}]
-    return check_function("gradient_descent", fn, _ref_gradient_descent, cases, atol=1e-10, rtol=1e-9)
+    tol = dict(atol=1e-10, rtol=1e-9)
+    hints = [(lambda A, theta0, lr, steps: _ref_gradient_descent(A, theta0, 2 * lr, steps),
+              "the gradient of ½ θᵀAθ is Aθ (symmetric A), not 2Aθ"),
+             (lambda A, theta0, lr, steps: _ref_gradient_descent(A, theta0, -lr, steps),
+              "step against the gradient: θ − η∇L, not θ + η∇L")]
+    return _with_hints(check_function("gradient_descent", fn, _ref_gradient_descent, cases, **tol), fn, cases,
+                       hints, **tol)
 
 
 # ---------------------------------------------------------------- 4. inverted dropout
@@ -101,7 +175,12 @@ def check_inverted_dropout(fn) -> CheckResult:
     for shape, p in (((8,), 0.5), ((3, 4), 0.1), ((2, 2, 5), 0.9)):
         cases.append({"x": torch.randn(shape, generator=g, dtype=D),
                       "keep": torch.rand(shape, generator=g) >= p, "p": p})
-    return check_function("inverted_dropout", fn, _ref_inverted_dropout, cases, atol=1e-12, rtol=1e-12)
+    tol = dict(atol=1e-12, rtol=1e-12)
+    hints = [(lambda x, keep, p: x * keep, "scale the kept entries by 1/(1 − p), so that E[output] = x"),
+             (lambda x, keep, p: x * keep / p, "divide by the probability of keeping, 1 − p, not by p"),
+             (lambda x, keep, p: x * ~keep / (1 - p), "keep = True marks the entries that survive")]
+    return _with_hints(check_function("inverted_dropout", fn, _ref_inverted_dropout, cases, **tol), fn, cases,
+                       hints, **tol)
 
 
 EXERCISES = {"adam_step": check_adam_step, "warmup_cosine_lr": check_warmup_cosine_lr,
