@@ -48,9 +48,14 @@ def test_symbolic_identities_are_zero():
     assert chain["Σ_t -log P(w_t | w_<t) - [-log P(w_1 … w_T)]"] == 0
     assert ch5.mutual_information(2, 3)[-1][1] == 0
     assert all(v == 0 for _, v in ch5.label_smoothing(4))
-    assert dict(ch5.softmax_cross_entropy(4, target=2))["∂(shifted)/∂m  (independent of m: choose m = max z)"] == 0
+    sce = dict(ch5.softmax_cross_entropy(4, target=2))
+    assert sce["∂(shifted)/∂m  (independent of m: choose m = max z)"] == 0
+    assert sce["shifted form at m = 0, minus (LSE(z) - z_y)"] == 0
+    assert sce["∂L/∂z - (softmax(z) - onehot(y))"] == ch5.sp.zeros(4, 1)
     assert ch5.nats_and_bits()[2][1] == 0
-    assert dict(ch5.softmax_maximum_entropy(3))["p* - softmax(z)"] == ch5.sp.zeros(3, 1)
+    sme = dict(ch5.softmax_maximum_entropy(3))
+    assert sme["p* - softmax(z)"] == ch5.sp.zeros(3, 1)
+    assert sme["diagonal, entries -1/p_i < 0 (negative definite: strictly concave, a maximum)"] is ch5.sp.true
 
 
 def test_derivations_would_catch_a_wrong_identity():

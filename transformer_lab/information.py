@@ -7,7 +7,9 @@ dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 * ``distribution_cross_entropy(p, q)`` H(p, q) = -Σ_i p_i log q_i  = H(p) + KL(p ‖ q)
 * ``kl_divergence(p, q)``             KL(p‖q)  =  Σ_i p_i log(p_i / q_i) ≥ 0   (Gibbs' inequality)
 * ``cross_entropy(logits, targets)``  the training loss: mean over tokens of  log Σ_j e^{z_j} - z_y
-* ``ngram_entropy(text, n)``          H(X_t | X_{t-n+1} … X_{t-1}) of a text's characters, in bits per character
+* ``ngram_entropy(text, n)``          plug-in H(X_t | X_{t-n+1} … X_{t-1}) of a text's characters, bits per character
+* ``ngram_baselines(text, orders, held_out=…)``  held-out nats/char of interpolated Kneser–Ney n-gram models
+  (:class:`KneserNey`): the baselines a language model should beat
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(weights, weights).sum(dim=-1) + 0.0  # H = -Σ w log w; an all-zero row gives 0
 
 
-# ---------------------------------------------------------------- n-gram floors of a real text
+# ---------------------------------------------------------------- n-gram estimates of a real text
 def _check_ngram_args(text, n) -> None:
     if not isinstance(text, str):
         raise ValueError(f"text must be a str, got {type(text).__name__}")
@@ -199,8 +201,8 @@ def ngram_entropy(text: str, n: int) -> float:
     The maximum-likelihood ("plug-in") estimate on ``text`` itself: the cross-entropy, on the same text, of the
     best n-gram model fitted to it. n = 1 is the unigram entropy H(X). The text is read as a circle (the last
     n-1 characters are followed by the first ones), so every order counts the same positions and the result is
-    non-increasing in n. For large n it under-estimates the true rate (the model memorises the text) — compare
-    :func:`ngram_cross_entropy` on held-out text.
+    non-increasing in n. It is optimistic, increasingly so for large n (the model is scored on the n-grams it
+    counted); compare :func:`ngram_baselines` on held-out text.
     """
     _check_ngram_args(text, n)
     code, V = _codes(text + text[:n - 1], n)  # wrap around: every order counts the same len(text) positions
@@ -215,7 +217,8 @@ def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) ->
     """Bits per character of an add-``alpha`` smoothed character n-gram model fitted on ``train``, on ``test``.
 
     P(x | ctx) = (c(ctx, x) + α) / (c(ctx) + α V), V the characters of train and test together: an honest,
-    held-out number a language model evaluated on ``test`` should beat.
+    held-out number, but without back-off to shorter contexts it gets worse as n grows and contexts become rare;
+    :func:`ngram_baselines` (Kneser–Ney) is the better baseline.
     """
     if not alpha > 0:
         raise ValueError(f"alpha must be > 0 (unsmoothed models give unseen characters probability 0), got {alpha}")
@@ -235,7 +238,9 @@ def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) ->
 
 
 def ngram_floors(text: str, orders=(1, 2, 3), *, held_out: str | None = None, alpha: float = 0.1) -> dict:
-    """The n-gram floors of ``text`` in bits per character, ``{n: bits}``, for each order n.
+    """Plug-in or add-α held-out n-gram numbers of ``text`` in bits per character, ``{n: bits}``, for each order n.
+
+    Kept for existing callers; these are estimates and baselines, not floors — prefer :func:`ngram_baselines`.
 
     Plug-in conditional entropies (:func:`ngram_entropy`), or, with ``held_out``, the smoothed held-out
     cross-entropy (:func:`ngram_cross_entropy`). Multiply by ln 2 to compare with a loss in nats.

@@ -140,6 +140,7 @@ def softmax_cross_entropy(V: int = 3, target: int = 0) -> list[tuple[str, sp.Exp
         ("… logs expanded", sp.expand_log(nll, force=True)),
         ("= LSE(z) - z_y, difference", sp.simplify(sp.expand_log(nll, force=True) - (lse - z[target]))),
         ("shifted form, any m", shifted),
+        ("shifted form at m = 0, minus (LSE(z) - z_y)", sp.simplify(shifted.subs(m, 0) - (lse - z[target]))),
         ("∂(shifted)/∂m  (independent of m: choose m = max z)", sp.simplify(sp.diff(shifted, m))),
         ("∂L/∂z", grad),
         ("∂L/∂z - (softmax(z) - onehot(y))", sp.simplify(grad - (softmax - onehot))),
@@ -227,7 +228,9 @@ def softmax_maximum_entropy(n: int = 3) -> list[tuple[str, sp.Expr]]:
         ("λ (from Σ p = 1)", sp.simplify(lam_star)),
         ("p*", p_star),
         ("p* - softmax(z)", sp.simplify(p_star - softmax)),
-        ("Hessian of the objective (negative definite: a maximum)", sp.hessian(objective, p)),
+        ("Hessian of the objective", sp.hessian(objective, p)),
+        ("diagonal, entries -1/p_i < 0 (negative definite: strictly concave, a maximum)",
+         sp.And(*[sp.hessian(objective, p)[i, i] < 0 for i in range(n)])),
     ]
 
 
