@@ -15,6 +15,7 @@ from torch import nn
 from transformer_lab.attention import (
     Embedding,
     MultiHeadAttention,
+    attention_formula,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
@@ -369,3 +370,41 @@ def test_sdpa_without_gradients_the_same_values():
     for a, b in zip(plain, graph, strict=True):
         torch.testing.assert_close(a, b.detach(), atol=0, rtol=0)
     assert scaled_dot_product_attention(query=q.detach(), key=k, value=v, mask=mask, need_weights=False)[1] is None
+
+
+# ------------------------------------------------------------------ the four-line formula and the causal convention
+def test_attention_formula_equals_the_fast_core_values_and_gradients():
+    q, k, v = (rnd(2, 3, 5, 4, seed=s, grad=True) for s in (11, 12, 13))
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    for m in (None, mask):
+        fast = scaled_dot_product_attention(query=q, key=k, value=v, mask=m)
+        plain = attention_formula(query=q, key=k, value=v, mask=m)
+        for a, b in zip(fast, plain, strict=True):
+            torch.testing.assert_close(a, b, **TOL)
+        g_fast = torch.autograd.grad(fast[0].square().sum(), [q, k, v])
+        g_plain = torch.autograd.grad(plain[0].square().sum(), [q, k, v])
+        for a, b in zip(g_fast, g_plain, strict=True):
+            torch.testing.assert_close(a, b, **TOL)
+
+
+def test_attention_formula_gives_nan_where_the_package_gives_zero():
+    """A fully masked row is 0/0: NaN in the formula, 0 by convention in the package (as in PyTorch)."""
+    q, k, v = rnd(2, 2, seed=1), rnd(3, 2, seed=2), rnd(3, 2, seed=3)
+    mask = torch.tensor([[True, False, True], [False, False, False]])
+    assert attention_formula(query=q, key=k, value=v, mask=mask)[0][1].isnan().all()
+    assert (scaled_dot_product_attention(query=q, key=k, value=v, mask=mask)[0][1] == 0).all()
+    assert (F.scaled_dot_product_attention(q, k, v, attn_mask=mask)[1] == 0).all()
+
+
+def test_is_causal_is_bottom_right_unlike_torch_top_left():
+    """Chapter 1 states the convention: with T_q < T_k our is_causal lets query i see keys j <= i + T_k - T_q
+    (the queries are the last positions, a key-value cache), while F.scaled_dot_product_attention(is_causal=True)
+    uses j <= i; for T_q = T_k they agree."""
+    q, k, v = rnd(2, 4, seed=1), rnd(5, 4, seed=2), rnd(5, 3, seed=3)
+    ours = scaled_dot_product_attention(query=q, key=k, value=v, is_causal=True)[0]
+    bottom_right = torch.ones(2, 5, dtype=torch.bool).tril(diagonal=3)
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=bottom_right), **TOL)
+    assert not torch.allclose(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    q5 = rnd(5, 4, seed=4)
+    torch.testing.assert_close(scaled_dot_product_attention(query=q5, key=k, value=v, is_causal=True)[0],
+                               F.scaled_dot_product_attention(q5, k, v, is_causal=True), **TOL)

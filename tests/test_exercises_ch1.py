@@ -1,10 +1,12 @@
-"""Chapter 1 exercise checkers: each accepts the reference solution and rejects wrong ones, saying what differs."""
+"""Chapter 1 exercise checkers: each accepts the reference solution and correct answers in other styles, and rejects
+the typical wrong answers (CATALOGUE) with a message that says what differs."""
 
 import math
 
 import pytest
 import torch
-from conftest import assert_rejected
+import torch.nn.functional as F
+from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.exercises import ch1, registry
 
@@ -22,15 +24,130 @@ def split_heads(x, n_head):
 
 
 def one_hot_embed(idx, weight):
-    return torch.nn.functional.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight
+    return F.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight
+
+
+def attention_by_hand():
+    a = math.exp(1 / math.sqrt(2))  # e^{S_11} = e^{S_13}; e^{S_12} = e^0 = 1
+    b = math.exp(math.sqrt(2))  # e^{S_22}; e^{S_21} = 1; key 3 is masked for query 2
+    A = torch.tensor([[a / (2 * a + 1), 1 / (2 * a + 1), a / (2 * a + 1)], [1 / (1 + b), b / (1 + b), 0]],
+                     dtype=torch.float64)
+    O = A @ torch.tensor(ch1.BY_HAND["V"], dtype=torch.float64)
+    return A, O
+
+
+def _by_hand_with(scale=2**-0.5, mask=True, dim=-1, masked_score=-math.inf):
+    """The 2 × 3 example computed with one typical slip: a wrong scale, the mask ignored or given score 0 instead of
+    -inf, or the softmax over the wrong axis."""
+    Q, K, V = (torch.tensor(ch1.BY_HAND[k], dtype=torch.float64) for k in ("Q", "K", "V"))
+    S = Q @ K.T * scale
+    if mask:
+        S = S.masked_fill(~torch.tensor(ch1.BY_HAND["mask"]), masked_score)
+    A = torch.softmax(S, dim=dim)
+    return A, A @ V
+
+
+def _sdpa_by_hand():
+    Q, K, V = (torch.tensor(ch1.BY_HAND[k], dtype=torch.float64) for k in ("Q", "K", "V"))
+    mask = torch.tensor(ch1.BY_HAND["mask"])
+    A = torch.softmax((Q @ K.T / 2**0.5).masked_fill(~mask, -math.inf), dim=1)
+    return A, A @ V
+
+
+def _lists_by_hand():  # plain numbers typed from a calculator, as nested lists, to 4 decimals
+    return ([[0.40111, 0.19778, 0.40111], [0.19557, 0.80443, 0.0]], [[1.20333, 1.0], [0.19557, 0.80443]])
+
+
+def _attention_einsum(q, k, v, m=None):  # other parameter names, einsum, and where() instead of masked_fill
+    s = torch.einsum("...id,...jd->...ij", q, k) * q.shape[-1] ** -0.5
+    if m is not None:
+        s = torch.where(m, s, torch.tensor(-math.inf, dtype=s.dtype))
+    return torch.einsum("...ij,...jd->...id", s.softmax(-1), v)
+
+
+def _attention_stable_by_hand(query, key, value, mask=None):  # the max-shifted softmax written out
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)) @ value
+
+
+CATALOGUE = {
+    "attention_by_hand": {
+        "wrong": [
+            (lambda: _by_hand_with(scale=1.0), ["differs", "√d_k = √2"]),  # forgot 1/√d_k
+            (lambda: _by_hand_with(mask=False), ["differs", "A[1, 2] must be exactly 0"]),  # ignored the mask
+            (lambda: _by_hand_with(masked_score=0.0), ["differs", "must be exactly 0"]),  # masked score 0, not -inf
+            (lambda: _by_hand_with(dim=0), ["differs", "must sum to 1"]),  # softmax over the queries
+            (lambda: _by_hand_with()[1], ["should be a tuple", "got Tensor"]),  # returned O only
+            (lambda: _by_hand_with()[::-1], ["shape (2, 2), expected (2, 3)"]),  # (O, A) instead of (A, O)
+            (lambda x: _by_hand_with(), ["should take 0 argument(s)"]),  # a parameter the exercise does not give
+        ],
+        "right": [attention_by_hand, _sdpa_by_hand, _lists_by_hand],
+    },
+    "attention": {
+        "wrong": [
+            (lambda query, key, value, mask=None: torch.softmax(query @ key.transpose(-2, -1), -1) @ value,
+             ["differs in", "case 1"]),  # forgot 1/sqrt(d_k)
+            (lambda query, key, value, mask=None: torch.softmax(
+                query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]), -2) @ value,
+             ["differs in"]),  # softmax over queries
+            (lambda query, key, value, mask=None: attention(query, key, value), ["differs", "case 3", "mask"]),
+            (lambda query, key, value, mask=None: attention(query, key, value, mask)[..., :1], ["shape"]),
+            (lambda query, key, value: attention(query, key, value),  # no mask parameter at all
+             ["should take 4 argument(s), in this order: (query, key, value, mask=None)"]),
+            (lambda query, key, value, mask=None: attention(query, key, value, None if mask is None else ~mask),
+             ["case 3"]),  # True read as "blocked"
+            (lambda query, key, value, mask=None: torch.softmax(
+                query @ key.transpose(-2, -1) / key.shape[-2] ** 0.5, -1) @ value,
+             ["differs in", "case 1"]),  # scaled by √T_k instead of √d_k
+            (lambda query, key, value, mask=None: torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(
+                query.shape[-1]) * (1 if mask is None else mask), -1) @ value,
+             ["case 3"]),  # multiplied the scores by the mask (masked score 0, not -inf)
+        ],
+        "right": [_attention_einsum, _attention_stable_by_hand,
+                  lambda query, key, value, mask=None: F.scaled_dot_product_attention(query, key, value,
+                                                                                      attn_mask=mask)],
+    },
+    "split_heads": {
+        "wrong": [
+            (lambda x, n_head: x.reshape(x.shape[0], n_head, x.shape[1], -1), ["differs in", "case 1"]),  # no transpose
+            (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], n_head, -1), ["differs in", "worst at"]),  # (B,T,h,d)
+            (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], -1, n_head).permute(0, 3, 1, 2),
+             ["differs in"]),  # heads interleaved: head h = columns h, h + n_head, ...
+            (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], n_head, -1).transpose(2, 3),
+             ["differs in", "case 1"]),  # transposed the wrong axes: (B, T, d_k, h)
+            (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], n_head, x.shape[2] // n_head - 1).transpose(1, 2),
+             ["raised RuntimeError"]),  # off by one in d_k
+        ],
+        "right": [split_heads,
+                  lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),  # the column blocks, stacked as heads
+                  lambda x, n_head: x.unflatten(-1, (n_head, -1)).permute(0, 2, 1, 3)],
+    },
+    "one_hot_embed": {
+        "wrong": [
+            (lambda idx, weight: weight[idx.reshape(-1)], ["shape", "case 2"]),  # flattens the batch
+            (lambda idx, weight: weight[(idx + 1) % weight.shape[0]], ["differs in", "case 1"]),  # off by one
+            (lambda idx, weight: F.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight.T[:, :1],
+             ["shape"]),  # multiplies by the wrong matrix
+            (lambda idx, weight: F.one_hot(idx, weight.shape[0]) @ weight,
+             ["raised RuntimeError", "case 1"]),  # an integer one-hot times a float matrix
+            (lambda idx, weight: weight.T[idx.clamp_max(weight.shape[1] - 1)], ["case 1"]),  # indexes columns
+        ],
+        "right": [one_hot_embed,
+                  lambda ids, E: (ids.unsqueeze(-1) == torch.arange(E.shape[0])).to(E.dtype) @ E,
+                  lambda idx, weight: torch.einsum("...v,vc->...c", F.one_hot(idx, len(weight)).double(), weight)],
+    },
+}
 
 
 def test_registry():
     assert registry(1) == ch1.EXERCISES
-    assert set(ch1.EXERCISES) == {"attention", "split_heads", "one_hot_embed"}
+    assert set(ch1.EXERCISES) == {"attention_by_hand", "attention", "split_heads", "one_hot_embed"}
 
 
-@pytest.mark.parametrize("fn", [attention, split_heads, one_hot_embed])
+@pytest.mark.parametrize("fn", [attention_by_hand, attention, split_heads, one_hot_embed])
 def test_solutions_pass(fn):
     result = ch1.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -42,33 +159,19 @@ def test_stub_says_not_written():
     assert_rejected(ch1.check_attention, attention, "not written yet")
 
 
-@pytest.mark.parametrize(("wrong", "words"), [
-    (lambda query, key, value, mask=None: torch.softmax(query @ key.transpose(-2, -1), -1) @ value,
-     ["differs in", "case 1"]),  # forgot 1/sqrt(d_k)
-    (lambda query, key, value, mask=None: torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]),
-                                                        -2) @ value, ["differs in"]),  # softmax over queries
-    (lambda query, key, value, mask=None: attention(query, key, value), ["differs", "case 3", "mask"]),  # no mask
-    (lambda query, key, value, mask=None: attention(query, key, value, mask)[..., :1], ["shape"]),
-    (lambda query, key, value: attention(query, key, value), ["unexpected keyword argument 'mask'", "case 3"]),
-])
-def test_wrong_attention_rejected(wrong, words):
-    assert_rejected(ch1.check_attention, wrong, *words)
+def test_by_hand_numbers_are_the_pages():
+    """The example is the one the chapter's solution explains: A_11 = A_13 = e^{1/√2} / (2 e^{1/√2} + 1), O_12 = 1."""
+    A, O = attention_by_hand()
+    a = math.exp(1 / math.sqrt(2))
+    assert abs(float(A[0, 0]) - a / (2 * a + 1)) < 1e-15 and abs(float(O[0, 1]) - 1.0) < 1e-15
+    assert float(A[1, 2]) == 0.0
 
 
-@pytest.mark.parametrize(("wrong", "words"), [
-    (lambda x, n_head: x.reshape(x.shape[0], n_head, x.shape[1], -1), ["differs in", "case 1"]),  # no transpose
-    (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], n_head, -1), ["differs in", "worst at"]),  # (B, T, h, d)
-    (lambda x, n_head: x.reshape(x.shape[0], x.shape[1], -1, n_head).permute(0, 3, 1, 2), ["differs in"]),
-])
-def test_wrong_split_heads_rejected(wrong, words):
-    assert_rejected(ch1.check_split_heads, wrong, *words)
+@pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
+def test_typical_wrong_answer_rejected(name, wrong, words):
+    assert_rejected(ch1.EXERCISES[name], wrong, *words)
 
 
-@pytest.mark.parametrize(("wrong", "words"), [
-    (lambda idx, weight: weight[idx.reshape(-1)], ["shape", "case 2"]),  # flattens the batch
-    (lambda idx, weight: weight[(idx + 1) % weight.shape[0]], ["differs in", "case 1"]),  # off by one
-    (lambda idx, weight: torch.nn.functional.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight.T[:, :1],
-     ["shape"]),  # multiplies by the wrong matrix
-])
-def test_wrong_embed_rejected(wrong, words):
-    assert_rejected(ch1.check_one_hot_embed, wrong, *words)
+@pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
+def test_correct_alternative_accepted(name, right):
+    assert_accepted(ch1.EXERCISES[name], right)

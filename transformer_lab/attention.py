@@ -17,8 +17,8 @@ from torch import nn
 
 from transformer_lab.positional import causal_mask
 
-__all__ = ["Embedding", "MultiHeadAttention", "merge_heads", "scaled_dot_product_attention", "split_heads",
-           "tie_weights"]
+__all__ = ["Embedding", "MultiHeadAttention", "attention_formula", "merge_heads", "scaled_dot_product_attention",
+           "split_heads", "tie_weights"]
 
 
 def _shape(x) -> str:
@@ -52,6 +52,20 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {want}")
 
 
+def attention_formula(*, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(Q Kᵀ / √d_k) V`` written as the formula, for reading; returns ``(out, weights)``.
+
+    Shapes and mask as in :func:`scaled_dot_product_attention`, which computes the same numbers faster (and gives a
+    fully masked row weights 0, where this formula gives 0/0 = NaN).
+    """
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # S = Q Kᵀ / √d_k   (..., T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # S_ij = -inf where key j may not be attended
+    weights = torch.softmax(scores, dim=-1)  # A = softmax(S), row by row
+    return weights @ value, weights  # O = A V   (..., T_q, d_v)
+
+
 def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  mask: torch.Tensor | None = None, scale: float | None = None,
                                  dropout: float = 0.0, generator: torch.Generator | None = None,
@@ -63,7 +77,9 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     out (..., T_q, d_v); weights (..., T_q, T_k), rows summing to 1 (a fully masked row gives weights 0
     and output 0, as PyTorch does). ``dropout`` (training only) zeroes weights with that probability.
     ``is_causal=True`` (no ``mask`` then) applies the causal mask of :func:`~transformer_lab.positional.causal_mask`:
-    query i sees keys j <= i + (T_k - T_q). ``need_weights=False`` returns ``(out, None)``; with ``is_causal``
+    query i sees keys j <= i + (T_k - T_q), aligned bottom-right (the queries are the last T_q positions, as with
+    a key-value cache); ``F.scaled_dot_product_attention(is_causal=True)`` aligns top-left (j <= i), so the two
+    differ when T_q != T_k. ``need_weights=False`` returns ``(out, None)``; with ``is_causal``
     and no dropout it also lets training skip the keys the mask hides (:class:`_CausalAttention`).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -176,7 +192,8 @@ class _Attention(torch.autograd.Function):
     rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O) when only O is used: a (T_q, d_v) product instead of a (T_q, T_k) one.
     Softmax and masking work in place on S, so the step keeps one (T_q, T_k) buffer instead of five.
     The exponential is taken in base 2, e^x = 2^(x log₂e), with log₂e folded into the scaling of Q (as
-    FlashAttention does): the same softmax, and ``exp2`` is about four times faster than ``exp`` on a CPU.
+    FlashAttention does): the same softmax, and ``exp2`` is faster than ``exp`` on a CPU (2.4-4.4x in
+    ``benchmarks/kernels.py``, depending on the machine and run).
     """
 
     @staticmethod

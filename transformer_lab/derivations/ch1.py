@@ -1,22 +1,30 @@
 """Chapter 1 (linear algebra): attention, heads and embeddings on small symbolic matrices.
 
-Every function returns SymPy objects; :func:`check` lambdifies them and measures the largest disagreement with
-``transformer_lab.attention`` and the PyTorch reference on random float64 inputs.
+Every function returns SymPy objects; :func:`multihead_sum_identity` proves the sum over heads on general symbols;
+:func:`check` lambdifies the expressions and measures, on one random float64 instance, the largest disagreement
+with ``transformer_lab.attention`` and the PyTorch reference (values, and the gradients of attention).
+
+Convention, not derivation: a query row whose keys are all masked has weights ``0/0``; like PyTorch we define its
+weights and output as 0 (:func:`_softmax_rows`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import sympy as sp
 import torch
 import torch.nn.functional as F
 
 __all__ = [
     "attention_function",
+    "attention_gradient_function",
     "attention_steps",
     "block_map",
     "check",
     "embedding_lookup",
     "multihead_as_sum",
+    "multihead_concat",
+    "multihead_sum_identity",
     "rank_of_scores",
     "split_permutation",
     "symbolic_matrix",
@@ -48,7 +56,10 @@ def _exp_masked(S: sp.Matrix, mask: list | None) -> sp.Matrix:
 
 
 def _softmax_rows(S: sp.Matrix, mask: list | None) -> sp.Matrix:
-    """Row-wise softmax of S with masked entries excluded; a row with nothing allowed is all zeros."""
+    """Row-wise softmax of S with masked entries excluded.
+
+    A row with nothing allowed would be 0/0; it is set to zeros by convention (PyTorch's), not derived.
+    """
     E = _exp_masked(S, mask)
     sums = [sum(E.row(i)) for i in range(E.shape[0])]
     return sp.Matrix(*E.shape, lambda i, j: E[i, j] / sums[i] if sums[i] != 0 else sp.Integer(0))
@@ -64,6 +75,34 @@ def attention_function(T_q: int = 2, T_k: int = 3, d_k: int = 2, d_v: int = 2, m
     def f(Q, K, V):
         flat = [list(Q.reshape(-1)), list(K.reshape(-1)), list(V.reshape(-1))]
         return fo(*flat), fa(*flat)
+
+    return f
+
+
+def attention_gradient_function(T_q: int = 2, T_k: int = 3, d_k: int = 2, d_v: int = 2, mask: list | None = None):
+    """``f(Q, K, V, G) -> (∂L/∂Q, ∂L/∂K, ∂L/∂V)`` for ``L = Σ G ⊙ O`` (G = ∂L/∂O, T_q × d_v), from SymPy's derivatives.
+
+    SymPy differentiates L with respect to the scores s_ij and to V, and the scores S(Q, K) with respect to Q and
+    K; the two Jacobians are multiplied numerically (the multivariable chain rule), which is much faster than
+    differentiating the composed expression and gives the same numbers.
+    """
+    st = attention_steps(T_q, T_k, d_k, d_v, mask)
+    Q, K, V, S = st["Q"], st["K"], st["V"], st["S"]
+    G, s = symbolic_matrix("g", T_q, d_v), symbolic_matrix("s", T_q, T_k)
+    O = _softmax_rows(s, mask) * V  # O as a function of free scores s
+    L = sp.Matrix([sum(G[i, j] * O[i, j] for i in range(T_q) for j in range(d_v))])
+    f_scores = sp.lambdify([list(Q), list(K)], S, "numpy")
+    f_outer = sp.lambdify([list(s), list(V), list(G)], [L.jacobian(list(s)), L.jacobian(list(V))], "numpy", cse=True)
+    f_inner = sp.lambdify([list(Q), list(K)], [sp.Matrix(list(S)).jacobian(list(Q)),
+                                               sp.Matrix(list(S)).jacobian(list(K))], "numpy")
+
+    def f(Qn, Kn, Vn, Gn):
+        q, k = list(Qn.reshape(-1)), list(Kn.reshape(-1))
+        scores = np.asarray(f_scores(q, k), dtype=np.float64).reshape(-1)
+        dL_ds, dL_dV = (np.asarray(a, dtype=np.float64) for a in f_outer(list(scores), list(Vn.reshape(-1)),
+                                                                          list(Gn.reshape(-1))))
+        dS_dQ, dS_dK = (np.asarray(a, dtype=np.float64) for a in f_inner(q, k))
+        return ((dL_ds @ dS_dQ).reshape(Qn.shape), (dL_ds @ dS_dK).reshape(Kn.shape), dL_dV.reshape(Vn.shape))
 
     return f
 
@@ -107,6 +146,26 @@ def multihead_as_sum(X: sp.Matrix, W_q: sp.Matrix, W_k: sp.Matrix, W_v: sp.Matri
     return out
 
 
+def multihead_concat(X: sp.Matrix, W_q: sp.Matrix, W_k: sp.Matrix, W_v: sp.Matrix, W_o: sp.Matrix,
+                     n_head: int, mask: list | None = None) -> sp.Matrix:
+    """``MHA(X) = [head_1 … head_h] W_O``, the definition: the heads concatenated (``merge_heads``), then ``W_O``."""
+    d_k = W_q.shape[1] // n_head
+    heads = [_softmax_rows(X * wq * (X * wk).T / sp.sqrt(d_k), mask) * (X * wv)
+             for wq, wk, wv in zip(block_map(W_q, n_head), block_map(W_k, n_head), block_map(W_v, n_head),
+                                   strict=True)]
+    return sp.Matrix.hstack(*heads) * W_o
+
+
+def multihead_sum_identity(T: int = 2, C: int = 4, n_head: int = 2, mask: list | None = None) -> dict:
+    """On general symbols X (T × C), W_Q, W_K, W_V, W_O (C × C): ``concat(heads) W_O - Σ_h head_h W_O^(h)``,
+    expanded. Returns ``{"concat", "sum", "difference"}``; the difference is the zero matrix."""
+    X = symbolic_matrix("x", T, C)
+    W_q, W_k, W_v, W_o = (symbolic_matrix(n, C, C) for n in ("a", "b", "c", "w"))
+    concat = multihead_concat(X, W_q, W_k, W_v, W_o, n_head, mask)
+    total = multihead_as_sum(X, W_q, W_k, W_v, W_o, n_head, mask)
+    return {"concat": concat, "sum": total, "difference": (concat - total).applyfunc(sp.expand)}
+
+
 def rank_of_scores(T: int = 3, d_k: int = 2) -> dict:
     """``S = Q Kᵀ`` with Q, K of shape T × d_k: its determinant (T > d_k: identically 0) and its generic rank."""
     Q, K = symbolic_matrix("q", T, d_k), symbolic_matrix("k", T, d_k)
@@ -147,6 +206,16 @@ def check(seed: int = 0) -> dict[str, float]:
         out[f"attention{name}: sympy vs ours"] = float((torch.as_tensor(sym_o) - ours_o).abs().max())
         out[f"attention{name}: ours vs torch"] = float((ours_o - ref_o).abs().max())
         out[f"weights{name}: sympy vs ours"] = float((torch.as_tensor(sym_a) - ours_a).abs().max())
+    # gradients of L = Σ G ⊙ O: SymPy's derivatives against autograd through our hand-written backward pass
+    for name, m in (("", None), ("_masked", [[True, False, True], [False, False, False]])):
+        Q, K, V, G = rnd(2, 2), rnd(3, 2), rnd(3, 2), rnd(2, 2)
+        sym_g = attention_gradient_function(2, 3, 2, 2, m)(Q.numpy(), K.numpy(), V.numpy(), G.numpy())
+        inputs = [t.clone().requires_grad_() for t in (Q, K, V)]
+        o = scaled_dot_product_attention(query=inputs[0], key=inputs[1], value=inputs[2],
+                                         mask=None if m is None else torch.tensor(m))[0]
+        ours_g = torch.autograd.grad((o * G).sum(), inputs)
+        out[f"gradients{name} (Q, K, V): sympy vs ours"] = max(float((torch.as_tensor(a) - b).abs().max())
+                                                               for a, b in zip(sym_g, ours_g, strict=True))
 
     T, C, h = 3, 4, 2
     X = rnd(1, T, C)

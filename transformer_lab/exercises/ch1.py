@@ -1,4 +1,5 @@
-"""Chapter 1 exercises (linear algebra): attention by hand, head splitting, embeddings as one-hot products.
+"""Chapter 1 exercises (linear algebra): a 2 × 3 attention by hand, attention in code, head splitting, embeddings
+as one-hot products.
 
 Each ``check_<name>(fn)`` compares a student's function with ours on random float64 inputs (masked rows, batches
 and length-1 sequences included) and returns a :class:`~transformer_lab.exercises.CheckResult` saying what
@@ -7,14 +8,57 @@ differs.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.attention import split_heads as _split_heads
-from transformer_lab.exercises import CheckResult, check_function, randn
+from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
 
-__all__ = ["EXERCISES", "check_attention", "check_one_hot_embed", "check_split_heads"]
+__all__ = ["BY_HAND", "EXERCISES", "check_attention", "check_attention_by_hand", "check_one_hot_embed",
+           "check_split_heads"]
 
+# The 2 × 3 example of the by-hand exercise: Q (2, d_k = 2), K and V (3, 2); query 2 may not see key 3.
+BY_HAND = {
+    "Q": [[1.0, 0.0], [0.0, 2.0]],
+    "K": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+    "V": [[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]],
+    "mask": [[True, True, True], [True, True, False]],
+}
+
+
+def _by_hand_reference():
+    t = {k: torch.tensor(v, dtype=torch.float64) for k, v in BY_HAND.items() if k != "mask"}
+    mask = torch.tensor(BY_HAND["mask"])
+    out, weights = scaled_dot_product_attention(query=t["Q"], key=t["K"], value=t["V"], mask=mask)
+    return weights, out
+
+
+def _by_hand_hint(weights) -> str:
+    """A hint for the typical slips, read off the student's weights A (2, 3)."""
+    if not isinstance(weights, torch.Tensor) or weights.shape != (2, 3):
+        return ""
+    if not torch.allclose(weights.sum(-1), torch.ones(2, dtype=weights.dtype), atol=1e-6):
+        return " Hint: each row of A is a softmax over the keys, so it must sum to 1."
+    if abs(float(weights[1, 2])) > 1e-12:
+        return " Hint: the mask hides key 3 from query 2, so A[1, 2] must be exactly 0 (its score is -inf)."
+    unscaled = torch.softmax(torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, float("-inf")]], dtype=torch.float64), -1)
+    if torch.allclose(weights.to(torch.float64), unscaled, atol=1e-6):
+        return " Hint: divide the scores by √d_k = √2 before the softmax."
+    return ""
+
+
+def _by_hand_compare(got, expected) -> str | None:
+    if isinstance(got, tuple | list) and len(got) == 2:
+        got = tuple(torch.as_tensor(g, dtype=torch.float64) if isinstance(g, list | tuple) else g for g in got)
+    msg = describe_difference(got, expected, atol=1e-4, rtol=0.0, what="(A, O)")
+    return None if msg is None else msg + _by_hand_hint(got[0] if isinstance(got, tuple) and got else None)
+
+
+def check_attention_by_hand(fn) -> CheckResult:
+    """``attention_by_hand()`` -> ``(A, O)``: the weights (2, 3) and output (2, 2) of :data:`BY_HAND`, to 1e-4."""
+    return check_function("attention_by_hand", fn, _by_hand_reference, [{}], compare=_by_hand_compare)
 
 
 def _attention_reference(query, key, value, mask=None):
@@ -36,6 +80,13 @@ def _attention_cases(seed: int = 0):
 
 def check_attention(fn) -> CheckResult:
     """``attention(query, key, value, mask=None)``: softmax(Q Kᵀ / √d_k) V with True = may attend."""
+    try:  # the mask is optional, so the generic check would accept three parameters and fail only in case 3
+        inspect.signature(fn).bind(None, None, None, None)
+    except TypeError:
+        return CheckResult("attention", False, f"{getattr(fn, '__name__', 'function')} should take 4 argument(s), "
+                                               "in this order: (query, key, value, mask=None)")
+    except ValueError:
+        pass
     return check_function("attention", fn, _attention_reference, _attention_cases(), atol=1e-10, rtol=1e-8)
 
 
@@ -72,4 +123,5 @@ def check_one_hot_embed(fn) -> CheckResult:
     return check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), atol=1e-12, rtol=1e-12)
 
 
-EXERCISES = {"attention": check_attention, "split_heads": check_split_heads, "one_hot_embed": check_one_hot_embed}
+EXERCISES = {"attention_by_hand": check_attention_by_hand, "attention": check_attention,
+             "split_heads": check_split_heads, "one_hot_embed": check_one_hot_embed}
