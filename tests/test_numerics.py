@@ -77,9 +77,22 @@ def test_naive_softmax_overflows_where_the_format_says_and_stable_one_does_not(d
     above = torch.tensor([threshold + 1.0, 0.0, -1.0], dtype=dtype)
     assert torch.isfinite(naive_softmax(below)).all()
     assert torch.isnan(naive_softmax(above)).any()  # inf / inf
-    ours = softmax(above.float()).to(dtype)
-    torch.testing.assert_close(ours, torch.softmax(above.float(), -1).to(dtype))
+    u = torch.finfo(dtype).eps / 2
+    for z in (above, above * 100, -above * 100):  # computed natively in the 16-bit format, no detour via float32
+        ours = softmax(z)
+        assert ours.dtype == dtype and torch.isfinite(ours).all()
+        assert abs(ours.double().sum().item() - 1) <= 3 * u
+        torch.testing.assert_close(ours.double(), torch.softmax(z.double(), -1), atol=3 * u, rtol=0)
     torch.testing.assert_close(logsumexp(above).float(), torch.logsumexp(above.float(), -1), atol=0.1, rtol=1e-2)
+
+
+def test_naive_softmax_gives_zeros_when_only_the_sum_overflows():
+    # float16: e^10.8 is finite but e^10.8 + e^9.72 + ... is not: every probability becomes finite / inf = 0
+    z = (torch.tensor([1.0, 0.9, 0.6, 0.2, 0.0]) * 10.8).to(torch.float16)
+    assert torch.isfinite(torch.exp(z)).all() and torch.isinf(torch.exp(z).sum())
+    p = naive_softmax(z)
+    assert (p == 0).all()
+    assert torch.isfinite(softmax(z)).all() and abs(softmax(z).double().sum().item() - 1) < 1e-3
 
 
 def test_naive_softmax_equals_softmax_on_small_logits():

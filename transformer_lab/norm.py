@@ -1,7 +1,7 @@
 """Layer normalisation (chapter 7, numerical analysis).
 
-LayerNorm rescales each token's vector to mean 0 and variance 1 over its ``C`` features, then applies a learned
-per-feature scale ``weight`` (gamma) and shift ``bias`` (beta):
+LayerNorm rescales each token's vector to mean 0 and variance ``sigma^2 / (sigma^2 + eps)`` (1 up to eps) over its
+``C`` features, then applies a learned per-feature scale ``weight`` (gamma) and shift ``bias`` (beta):
 
     y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta,
     mu = mean(x), sigma^2 = mean((x - mu)^2)     (population variance, over the last dimension)

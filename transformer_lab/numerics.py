@@ -52,8 +52,9 @@ def logsumexp(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``exp(x) / sum(exp(x))`` with no shift: overflows to ``inf / inf = nan`` once ``x`` exceeds the dtype's
-    ``log(max)`` (about 11.1 in float16, 88.7 in float32, 709.8 in float64). For demonstrations only."""
+    """``exp(x) / sum(exp(x))`` with no shift, for demonstrations only. It fails once ``log sum exp(x)`` exceeds the
+    dtype's ``log(max)`` (about 11.09 in float16, 88.7 in bfloat16 and float32, 709.8 in float64): zeros while only
+    the sum overflows, ``inf / inf = nan`` once an ``exp(x_i)`` overflows too."""
     dim = _check_tensor("naive_softmax", x, dim)
     e = torch.exp(x)  # e^{x_i}, may be inf
     return e / e.sum(dim=dim, keepdim=True)  # p_i = e^{x_i} / sum_j e^{x_j}

@@ -1,8 +1,8 @@
 """Residual blocks, pre-LN and post-LN (chapter 7, numerical analysis).
 
 A Transformer block adds each sub-layer's output to its input, ``x + F(x)``, so the Jacobian of a block is
-``I + dF/dx``: the identity carries gradients through any depth. Where the LayerNorm sits decides what the
-residual stream does:
+``I + dF/dx``: the identity gives gradients a path through any depth (the whole story while the branches are
+small). Where the LayerNorm sits decides what the residual stream does:
 
 * **pre-LN** (GPT-2, our capstone):  ``x + F(LN(x))`` -- the stream itself is never normalised;
 * **post-LN** (the original Transformer): ``LN(x + F(x))`` -- every block renormalises the stream.
