@@ -40,6 +40,13 @@ def test_jacobian_derivation_simplifies_to_zero():
     assert ch2.shift_invariance(3)["difference"] == sp.zeros(3, 1)
 
 
+def test_general_n_derivations_simplify_to_zero():
+    g = ch2.softmax_general()
+    assert g["jacobian_difference"] == 0
+    assert g["shift_difference"] == 0
+    assert g["n"].is_Symbol  # n is a symbol, not a chosen size
+
+
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_softmax_and_log_softmax_values_and_gradients(dim):
     x = rnd(3, 5, 4, seed=2, scale=4, grad=True)

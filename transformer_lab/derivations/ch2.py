@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["chain_rule", "check", "cross_entropy_one_hot", "logits_symbols", "shift_invariance",
-           "softmax_jacobian_derivation", "softmax_symbolic", "temperature_limit_tied",
+           "softmax_general", "softmax_jacobian_derivation", "softmax_symbolic", "temperature_limit_tied",
            "temperature_limits"]
 
 
@@ -40,6 +40,29 @@ def softmax_jacobian_derivation(n: int = 3) -> dict:
     J_formula = sp.diag(*p) - p * p.T
     diff = (J - J_formula).applyfunc(sp.simplify)
     return {"z": z, "p": p, "J": J, "J_formula": J_formula, "difference": diff}
+
+
+def softmax_general() -> dict:
+    """Softmax of n logits for a SYMBOLIC n: ``p_i = e^{z_i} / Σ_{k=1}^n e^{z_k}`` with indexed z and symbolic i, j.
+
+    Returns ``{"dp": ∂p_i/∂z_j as SymPy computes it, "J_formula": p_i (δ_ij - p_j), "jacobian_difference": their
+    difference for 1 <= j <= n (0), "shift_difference": softmax(z + c)_i - softmax(z)_i (0)}``.
+    """
+    n = sp.Symbol("n", integer=True, positive=True)
+    i, j, k = sp.symbols("i j k", integer=True, positive=True)
+    c = sp.Symbol("c", real=True)
+    z = sp.IndexedBase("z", real=True)
+    total = sp.Sum(sp.exp(z[k]), (k, 1, n))
+
+    def p(a):
+        return sp.exp(z[a]) / total
+
+    dp = sp.diff(p(i), z[j]).doit()  # the Sum's derivative picks out the k = j term (when 1 <= j <= n)
+    J_formula = p(i) * (sp.KroneckerDelta(i, j) - p(j))
+    shifted = sp.exp(z[i] + c) / sp.Sum(sp.expand(sp.exp(z[k] + c)), (k, 1, n))  # e^{z_k + c} = e^c e^{z_k}
+    return {"n": n, "i": i, "j": j, "z": z, "p_i": p(i), "dp": dp, "J_formula": J_formula,
+            "jacobian_difference": sp.simplify(sp.simplify(dp - J_formula).subs(j <= n, True)),
+            "shift_difference": sp.simplify(sp.factor_terms(shifted) - p(i))}
 
 
 def shift_invariance(n: int = 3) -> dict:
