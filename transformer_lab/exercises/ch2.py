@@ -1,4 +1,5 @@
-"""Chapter 2 exercises (probability): a stable softmax, nucleus filtering, and the chain rule in log space.
+"""Chapter 2 exercises (probability): a stable softmax, nucleus filtering, the chain rule in log space, and the
+chi-square statistic of a sampler check.
 
 Each ``check_<name>(fn)`` compares a student's function with ours on float64 inputs (random rows, logits of
 ±1000 and more, tied logits, rows whose maximum is not the first entry, a nucleus that reaches ``top_p`` exactly,
