@@ -45,8 +45,9 @@ _SHIFT_HINT = {7: " (hint: shift each row by its own maximum, so that every expo
 
 
 def _with_hint(result: CheckResult, hints: dict[int, str]) -> CheckResult:
-    """``result`` with the hint for its failing case appended (the message ends in "(on case n: ...)")."""
-    if result.passed:
+    """``result`` with the hint for its failing case appended (the message ends in "(on case n: ...)"); a wrong
+    shape or a crash explains itself and gets no hint."""
+    if result.passed or "has shape" in result.message or result.message.startswith("raised"):
         return result
     for case, hint in hints.items():
         if f"on case {case}:" in result.message:
