@@ -40,6 +40,14 @@ def inverted_dropout(x, keep, p):
     return torch.where(keep, x / (1 - p), torch.zeros_like(x))
 
 
+def heavy_ball(A, theta0, lr, beta, steps):
+    thetas, v = [theta0], torch.zeros_like(theta0)
+    for _ in range(steps):
+        v = beta * v + A @ thetas[-1]
+        thetas.append(thetas[-1] - lr * v)
+    return torch.stack(thetas)
+
+
 # ---------------------------------------------------------------- typical wrong answers
 def adam_no_bias_correction(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
     b1, b2 = betas
@@ -127,6 +135,38 @@ def gd_list(A, theta0, lr, steps):
     return list(gradient_descent(A, theta0, lr, steps))
 
 
+def hb_average(A, theta0, lr, beta, steps):  # Adam's m, not heavy ball's sum
+    thetas, v = [theta0], torch.zeros_like(theta0)
+    for _ in range(steps):
+        v = beta * v + (1 - beta) * (A @ thetas[-1])
+        thetas.append(thetas[-1] - lr * v)
+    return torch.stack(thetas)
+
+
+def hb_stale_velocity(A, theta0, lr, beta, steps):  # steps with v before updating it
+    thetas, v = [theta0], torch.zeros_like(theta0)
+    for _ in range(steps):
+        thetas.append(thetas[-1] - lr * v)
+        v = beta * v + A @ thetas[-2]
+    return torch.stack(thetas)
+
+
+def hb_nesterov(A, theta0, lr, beta, steps):
+    thetas, v = [theta0], torch.zeros_like(theta0)
+    for _ in range(steps):
+        v = beta * v + A @ (thetas[-1] - lr * beta * v)
+        thetas.append(thetas[-1] - lr * v)
+    return torch.stack(thetas)
+
+
+def hb_no_momentum(A, theta0, lr, beta, steps):
+    return gradient_descent(A, theta0, lr, steps)
+
+
+def hb_without_start(A, theta0, lr, beta, steps):
+    return heavy_ball(A, theta0, lr, beta, steps)[1:]
+
+
 # ---------------------------------------------------------------- correct answers in other styles
 def adam_pytorch_form(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
     b1, b2 = betas
@@ -172,6 +212,26 @@ def gd_preallocated(A, theta0, lr, steps):
     return out
 
 
+def hb_two_step(A, theta0, lr, beta, steps):  # θ_{k+1} = θ_k + β(θ_k − θ_{k−1}) − ηAθ_k, θ_{−1} = θ_0
+    prev, thetas = theta0, [theta0]
+    for _ in range(steps):
+        cur = thetas[-1]
+        thetas.append(cur + beta * (cur - prev) - lr * A @ cur)
+        prev = cur
+    return torch.stack(thetas)
+
+
+def hb_companion(A, theta0, lr, beta, steps):  # (θ, v) ← linear map of (θ, v)
+    d = A.shape[0]
+    eye = torch.eye(d, dtype=A.dtype)
+    T = torch.cat([torch.cat([eye - lr * A, -lr * beta * eye], 1), torch.cat([A, beta * eye], 1)], 0)
+    state, rows = torch.cat([theta0, torch.zeros_like(theta0)]), [theta0]
+    for _ in range(steps):
+        state = T @ state
+        rows.append(state[:d])
+    return torch.stack(rows)
+
+
 CATALOGUE = {
     "adam_step": {
         "wrong": [(adam_no_bias_correction, ["output[0] differs", "case 1", "Hint: divide m by (1 − β₁ᵗ)"]),
@@ -199,6 +259,14 @@ CATALOGUE = {
                   (gd_list, ["should be a Tensor, got list"])],
         "right": [gd_matrix_power, gd_preallocated],
     },
+    "heavy_ball": {
+        "wrong": [(hb_average, ["differs", "an average (Adam's m)"]),
+                  (hb_stale_velocity, ["differs", "update v first"]),
+                  (hb_nesterov, ["differs", "Nesterov"]),
+                  (hb_no_momentum, ["differs", "plain gradient descent"]),
+                  (hb_without_start, ["has shape (30, 2), expected (31, 2)"])],
+        "right": [hb_two_step, hb_companion],
+    },
     "inverted_dropout": {
         "wrong": [(lambda x, keep, p: x * keep, ["differs", "expected", "1/(1 − p)"]),  # forgot 1/(1 − p)
                   (lambda x, keep, p: x * keep / p, ["differs", "not by p"]),
@@ -213,13 +281,15 @@ CATALOGUE = {
 
 def test_registry():
     assert registry(3) == ch3.EXERCISES
-    assert set(ch3.EXERCISES) == {"adam_step", "warmup_cosine_lr", "gradient_descent", "inverted_dropout"}
+    assert set(ch3.EXERCISES) == {"adam_step", "warmup_cosine_lr", "gradient_descent", "heavy_ball",
+                                  "inverted_dropout"}
     assert set(CATALOGUE) == set(ch3.EXERCISES)
 
 
 def test_solutions_pass():
     for name, sol in [("adam_step", adam_step), ("warmup_cosine_lr", warmup_cosine_lr),
-                      ("gradient_descent", gradient_descent), ("inverted_dropout", inverted_dropout)]:
+                      ("gradient_descent", gradient_descent), ("heavy_ball", heavy_ball),
+                      ("inverted_dropout", inverted_dropout)]:
         r = ch3.EXERCISES[name](sol)
         assert r.passed, r.message
 

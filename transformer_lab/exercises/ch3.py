@@ -3,6 +3,7 @@
 * ``adam_step(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay)`` — one AdamW update
 * ``warmup_cosine_lr(step, max_lr, min_lr, warmup, total)`` — the learning-rate schedule
 * ``gradient_descent(A, theta0, lr, steps)`` — the iterates of gradient descent on ½ θᵀAθ
+* ``heavy_ball(A, theta0, lr, beta, steps)`` — the iterates of heavy-ball momentum on ½ θᵀAθ
 * ``inverted_dropout(x, keep, p)`` — dropout with a given keep-mask
 """
 
@@ -163,7 +164,54 @@ def check_gradient_descent(fn) -> CheckResult:
                        hints, **tol)
 
 
-# ---------------------------------------------------------------- 4. inverted dropout
+# ---------------------------------------------------------------- 4. heavy-ball momentum
+def _ref_heavy_ball(A, theta0, lr, beta, steps):
+    out, v = [theta0], torch.zeros_like(theta0)
+    for _ in range(steps):
+        v = beta * v + A @ out[-1]  # v_{k+1} = β v_k + ∇L(θ_k), v_0 = 0
+        out.append(out[-1] - lr * v)  # θ_{k+1} = θ_k − η v_{k+1}
+    return torch.stack(out)
+
+
+def _heavy_ball_variant(*, ema=False, stale=False, nesterov=False):
+    def run(A, theta0, lr, beta, steps):
+        out, v = [theta0], torch.zeros_like(theta0)
+        for _ in range(steps):
+            theta = out[-1]
+            g = A @ (theta - lr * beta * v) if nesterov else A @ theta
+            new_v = beta * v + (1 - beta) * g if ema else beta * v + g
+            out.append(theta - lr * (v if stale else new_v))
+            v = new_v
+        return torch.stack(out)
+    return run
+
+
+def check_heavy_ball(fn) -> CheckResult:
+    """``fn(A (d, d) symmetric, theta0 (d,), lr, beta, steps) -> (steps + 1, d)``: θ₀, θ₁, …, θ_steps of
+    v ← βv + Aθ, θ ← θ − ηv from v = 0."""
+    g = generator(6)
+    M = torch.randn(3, 3, generator=g, dtype=D)
+    cases = [{"A": torch.diag(torch.tensor([1.0, 25.0], dtype=D)), "theta0": torch.tensor([-2.2, 0.8], dtype=D),
+              "lr": 0.05, "beta": 0.9, "steps": 30},
+             {"A": M @ M.T + torch.eye(3, dtype=D), "theta0": torch.randn(3, generator=g, dtype=D), "lr": 0.02,
+              "beta": 0.5, "steps": 15},
+             {"A": torch.tensor([[2.0]], dtype=D), "theta0": torch.tensor([3.0], dtype=D), "lr": 0.3, "beta": 0.0,
+              "steps": 4}]
+    tol = dict(atol=1e-10, rtol=1e-9)
+    hints = [(_heavy_ball_variant(ema=True), "heavy ball sums the gradients, v ← βv + g; v ← βv + (1 − β)g is an "
+                                             "average (Adam's m), a step (1 − β) times shorter"),
+             (_heavy_ball_variant(stale=True), "update v first, then step with the new v: θ ← θ − η(βv + g)"),
+             (_heavy_ball_variant(nesterov=True), "that is Nesterov's momentum (gradient at the look-ahead point); "
+                                                  "heavy ball takes the gradient at θ_k"),
+             (_ref_gradient_descent_beta, "β is ignored: that is plain gradient descent")]
+    return _with_hints(check_function("heavy_ball", fn, _ref_heavy_ball, cases, **tol), fn, cases, hints, **tol)
+
+
+def _ref_gradient_descent_beta(A, theta0, lr, beta, steps):
+    return _ref_gradient_descent(A, theta0, lr, steps)
+
+
+# ---------------------------------------------------------------- 5. inverted dropout
 def _ref_inverted_dropout(x, keep, p):
     return x * keep.to(x.dtype) / (1 - p)
 
@@ -184,4 +232,5 @@ def check_inverted_dropout(fn) -> CheckResult:
 
 
 EXERCISES = {"adam_step": check_adam_step, "warmup_cosine_lr": check_warmup_cosine_lr,
-             "gradient_descent": check_gradient_descent, "inverted_dropout": check_inverted_dropout}
+             "gradient_descent": check_gradient_descent, "heavy_ball": check_heavy_ball,
+             "inverted_dropout": check_inverted_dropout}
