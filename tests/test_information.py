@@ -206,7 +206,7 @@ def test_cross_entropy_of_minus_inf_logits_matches_pytorch():
     assert ours[1] == pytest.approx(ref[1].item(), abs=1e-15) and ours[2] == ref[2] == math.inf
 
 
-# ---------------------------------------------------------------- n-gram floors
+# ---------------------------------------------------------------- n-gram estimates
 def test_ngram_entropy_known_values():
     assert info.ngram_entropy("abab" * 50, 1) == pytest.approx(1.0)
     assert info.ngram_entropy("abab" * 50, 2) == pytest.approx(0.0)  # b always follows a
@@ -230,16 +230,14 @@ def test_ngram_entropy_matches_direct_count():
         assert info.ngram_entropy(text, n) == pytest.approx(direct, abs=1e-12)
 
 
-def test_ngram_cross_entropy_and_floors():
+def test_ngram_cross_entropy_and_plug_in_entropy():
     train = "abcabcabcabd" * 30
     assert info.ngram_cross_entropy(train, train, 1, alpha=1e-9) == pytest.approx(info.ngram_entropy(train, 1),
                                                                                   abs=1e-6)
     unseen = info.ngram_cross_entropy(train, "xyz", 1)
     assert unseen > info.ngram_cross_entropy(train, "abc", 1)
-    floors = info.ngram_floors(train, (1, 2, 3))
-    assert list(floors) == [1, 2, 3]
-    assert floors[1] >= floors[2] >= floors[3]
-    assert set(info.ngram_floors(train, (1, 2), held_out="abcabd")) == {1, 2}
+    plug_in = [info.ngram_entropy(train, n) for n in (1, 2, 3)]
+    assert plug_in[0] >= plug_in[1] >= plug_in[2]
 
 
 # ---------------------------------------------------------------- bad input
@@ -381,7 +379,7 @@ def test_ngram_baselines_on_the_corpus_beat_add_alpha():
     corpus = load_corpus()
     train, val = corpus.text[:len(corpus.train)], corpus.text[len(corpus.train):]
     bits = {n: v / math.log(2) for n, v in info.ngram_baselines(train, (1, 3, 5), held_out=val).items()}
-    add_alpha = info.ngram_floors(train, (1, 3, 5), held_out=val)
+    add_alpha = {n: info.ngram_cross_entropy(train, val, n) for n in (1, 3, 5)}
     assert 2.2 < bits[5] < 2.47 < add_alpha[5]  # KN 5-gram ≈ 2.32 bits; add-0.1 ≈ 2.62 bits
     assert bits[1] > bits[3] > bits[5]
     assert bits[1] == pytest.approx(add_alpha[1], abs=0.01)  # at n <= 3 the two smoothings agree to ~0.01 bit

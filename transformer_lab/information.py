@@ -237,19 +237,6 @@ def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) ->
     return float(-np.log2((c_xy + alpha) / (c_x + alpha * V)).mean())
 
 
-def ngram_floors(text: str, orders=(1, 2, 3), *, held_out: str | None = None, alpha: float = 0.1) -> dict:
-    """Plug-in or add-α held-out n-gram numbers of ``text`` in bits per character, ``{n: bits}``, for each order n.
-
-    Kept for existing callers; these are estimates and baselines, not floors — prefer :func:`ngram_baselines`.
-
-    Plug-in conditional entropies (:func:`ngram_entropy`), or, with ``held_out``, the smoothed held-out
-    cross-entropy (:func:`ngram_cross_entropy`). Multiply by ln 2 to compare with a loss in nats.
-    """
-    if held_out is None:
-        return {int(n): ngram_entropy(text, int(n)) for n in orders}
-    return {int(n): ngram_cross_entropy(text, held_out, int(n), alpha=alpha) for n in orders}
-
-
 # ---------------------------------------------------------------- a properly smoothed n-gram baseline
 def _ids(text: str, alphabet: str) -> np.ndarray:
     """Character ids of ``text`` in ``alphabet`` (sorted, distinct characters).  str -> (N,) int64."""
