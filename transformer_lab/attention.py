@@ -285,8 +285,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with the parameters of ``nn.MultiheadAttention`` (``batch_first=True``).
 
-    ``in_proj`` = Linear(C, 3C) holds ``[W_Q; W_K; W_V]`` (its weight equals ``in_proj_weight`` there),
-    ``out_proj`` = Linear(C, C) is ``W_O``. Dropout, as in PyTorch, acts on the attention weights.
+    ``in_proj`` = Linear(C, 3C): its weight (3C, C) equals ``in_proj_weight`` there and stacks
+    ``[W_Qᵀ; W_Kᵀ; W_Vᵀ]`` in the book's row convention ``Q = X W_Q``; ``out_proj`` = Linear(C, C), weight ``W_Oᵀ``.
+    Dropout, as in PyTorch, acts on the attention weights.
 
         head_i = Attention(X_q W_Q^(i), X_k W_K^(i), X_v W_V^(i)),   MHA = concat(head_1 … head_h) W_O
     """
@@ -301,8 +302,8 @@ class MultiHeadAttention(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.n_head, self.d_k, self.dropout = d_model, n_head, d_model // n_head, dropout
-        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]   (3C, C)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O   (C, C)
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # weight [W_Qᵀ; W_Kᵀ; W_Vᵀ]   (3C, C)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # weight W_Oᵀ   (C, C)
         nn.init.xavier_uniform_(self.in_proj.weight)  # as nn.MultiheadAttention
         if bias:
             nn.init.zeros_(self.in_proj.bias)
@@ -310,7 +311,7 @@ class MultiHeadAttention(nn.Module):
 
     def _project(self, x: torch.Tensor, i: int) -> torch.Tensor:
         C = self.d_model
-        w = self.in_proj.weight[i * C:(i + 1) * C]  # W_Q, W_K or W_V   (C, C)
+        w = self.in_proj.weight[i * C:(i + 1) * C]  # W_Qᵀ, W_Kᵀ or W_Vᵀ   (C, C)
         b = None if self.in_proj.bias is None else self.in_proj.bias[i * C:(i + 1) * C]
         y = x @ w.T  # x Wᵀ   (B, T, C)
         return y if b is None else y + b
