@@ -27,6 +27,11 @@ def one_hot_embed(idx, weight):
     return F.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight
 
 
+def closest_scores(key, target):
+    q = torch.linalg.pinv(key) @ target  # the least-squares q: minimises |K q - s|
+    return key @ q  # the reachable score row nearest to s
+
+
 def attention_by_hand():
     a = math.exp(1 / math.sqrt(2))  # e^{S_11} = e^{S_13}; e^{S_12} = e^0 = 1
     b = math.exp(math.sqrt(2))  # e^{S_22}; e^{S_21} = 1; key 3 is masked for query 2
@@ -125,6 +130,22 @@ CATALOGUE = {
                   lambda x, h: torch.stack(x.chunk(h, dim=-1), dim=1),  # the column blocks, stacked as heads
                   lambda x, n_head: x.unflatten(-1, (n_head, -1)).permute(0, 2, 1, 3)],
     },
+    "closest_scores": {
+        "wrong": [
+            (lambda key, target: target, ["differs", "case 1", "projection of s"]),  # every row is reachable: no
+            (lambda key, target: torch.linalg.pinv(key) @ target, ["shape (2,), expected (5,)"]),  # returned q
+            (lambda key, target: key @ (key.T @ target), ["differs", "case 1"]),  # forgot (KᵀK)⁻¹
+            (lambda key, target: sum((target @ key[:, j]) / (key[:, j] @ key[:, j]) * key[:, j]
+                                     for j in range(key.shape[1])),
+             ["differs", "case 1"]),  # projects on each column separately: right only for orthogonal columns
+            (lambda key, target: key @ torch.linalg.inv(key.T @ key) @ key.T @ target,
+             ["case 4", "T_k < d_k"]),  # the normal equations, singular when T_k < d_k
+            (lambda key, target: target - key @ (torch.linalg.pinv(key) @ target), ["differs"]),  # the residual
+        ],
+        "right": [lambda K, s: K @ torch.linalg.lstsq(K, s.unsqueeze(-1)).solution.squeeze(-1),
+                  lambda K, s: torch.linalg.qr(K)[0] @ (torch.linalg.qr(K)[0].T @ s),
+                  lambda key, target: key @ torch.linalg.pinv(key) @ target],
+    },
     "one_hot_embed": {
         "wrong": [
             (lambda idx, weight: weight[idx.reshape(-1)], ["shape", "case 2"]),  # flattens the batch
@@ -144,10 +165,10 @@ CATALOGUE = {
 
 def test_registry():
     assert registry(1) == ch1.EXERCISES
-    assert set(ch1.EXERCISES) == {"attention_by_hand", "attention", "split_heads", "one_hot_embed"}
+    assert set(ch1.EXERCISES) == {"attention_by_hand", "attention", "split_heads", "one_hot_embed", "closest_scores"}
 
 
-@pytest.mark.parametrize("fn", [attention_by_hand, attention, split_heads, one_hot_embed])
+@pytest.mark.parametrize("fn", [attention_by_hand, attention, split_heads, one_hot_embed, closest_scores])
 def test_solutions_pass(fn):
     result = ch1.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message

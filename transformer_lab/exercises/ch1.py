@@ -16,8 +16,8 @@ from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.attention import split_heads as _split_heads
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
 
-__all__ = ["BY_HAND", "EXERCISES", "check_attention", "check_attention_by_hand", "check_one_hot_embed",
-           "check_split_heads"]
+__all__ = ["BY_HAND", "EXERCISES", "check_attention", "check_attention_by_hand", "check_closest_scores",
+           "check_one_hot_embed", "check_split_heads"]
 
 # The 2 × 3 example of the by-hand exercise: Q (2, d_k = 2), K and V (3, 2); query 2 may not see key 3.
 BY_HAND = {
@@ -123,5 +123,33 @@ def check_one_hot_embed(fn) -> CheckResult:
     return check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), atol=1e-12, rtol=1e-12)
 
 
+def _closest_reference(key, target):
+    return key @ (torch.linalg.pinv(key) @ target)  # K K⁺ s: the orthogonal projection of s on the columns of K
+
+
+def _closest_cases(seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    yield {"key": randn(gen, 5, 2), "target": randn(gen, 5)}
+    yield {"key": randn(gen, 7, 3), "target": randn(gen, 7)}
+    yield {"key": randn(gen, 4, 1), "target": torch.tensor([1.0, -1.0, 2.0, 0.5], dtype=torch.float64)}
+    yield {"key": randn(gen, 3, 4), "target": randn(gen, 3)}  # T_k <= d_k: every score row is reachable
+
+
+def _closest_compare(got, expected) -> str | None:
+    msg = describe_difference(got, expected, atol=1e-8, rtol=1e-8)
+    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        msg += (" Hint: the answer is K q for the q that minimises |K q - s|, i.e. the orthogonal projection of s on"
+                " the span of the columns of K (least squares, or K K⁺ s; K (KᵀK)⁻¹ Kᵀ s needs KᵀK invertible, which"
+                " fails when T_k < d_k).")
+    return msg
+
+
+def check_closest_scores(fn) -> CheckResult:
+    """``closest_scores(key, target)``: key K (T_k, d_k), target s (T_k,) -> the reachable score row q Kᵀ (T_k,)
+    closest to s, i.e. the projection of s on the column span of K."""
+    return check_function("closest_scores", fn, _closest_reference, _closest_cases(), compare=_closest_compare)
+
+
 EXERCISES = {"attention_by_hand": check_attention_by_hand, "attention": check_attention,
-             "split_heads": check_split_heads, "one_hot_embed": check_one_hot_embed}
+             "split_heads": check_split_heads, "one_hot_embed": check_one_hot_embed,
+             "closest_scores": check_closest_scores}
