@@ -130,3 +130,13 @@ def test_torch_runs_on_one_thread_while_a_figure_draws():
     threads = torch.get_num_threads()
     interactive(draw, x=Slider(0, 1, 1)).render()
     assert seen == [1] and torch.get_num_threads() == threads
+
+
+def test_a_choice_whose_value_is_none_shows_its_label_in_the_live_dropdown():
+    """An option ("off", None) must show "off", not a blank box, also when it is the default or chosen as one."""
+    off_first = Choice([("off", None), ("10", 10)])
+    off_default = Choice([("10", 10), ("off", None)], value=None)
+    assert off_first.default() is None and off_default.default() is None
+    fig = interactive(lambda k=None: draw_line(0.5), k=off_default)
+    dropdown = fig.widget().children[0].children[0]
+    assert dropdown.label == "off" and dropdown.value is None and dropdown.index == 1

@@ -206,19 +206,30 @@ class Slider:
         return int(v) if self.is_int else v
 
 
+class _FirstOption:
+    """The default of :class:`Choice.value`: start at the first option (``None`` may be an option's value)."""
+
+    def __repr__(self) -> str:
+        return "FIRST_OPTION"
+
+
+FIRST_OPTION = _FirstOption()
+
+
 @dataclass(frozen=True)
 class Choice:
-    """A control with a fixed list of options: values, or ``(label, value)`` pairs."""
+    """A control with a fixed list of options: values, or ``(label, value)`` pairs; ``value`` is the default
+    (the first option unless given; ``None`` is an ordinary value, e.g. ``("off", None)``)."""
 
     options: Sequence[Any]
-    value: Any = None
+    value: Any = FIRST_OPTION
     pairs: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
         pairs = tuple(o if isinstance(o, tuple) and len(o) == 2 else (str(o), o) for o in self.options)
         if not pairs:
             raise ValueError("Choice needs at least one option, got an empty list")
-        if self.value is not None and self.value not in [v for _, v in pairs]:
+        if self.value is not FIRST_OPTION and self.value not in [v for _, v in pairs]:
             raise ValueError(f"Choice value {self.value!r} is not one of its options {[v for _, v in pairs]}")
         object.__setattr__(self, "pairs", pairs)
 
@@ -229,7 +240,7 @@ class Choice:
         return [label for label, _ in self.pairs]
 
     def default(self):
-        return self.pairs[0][1] if self.value is None else self.value
+        return self.pairs[0][1] if self.value is FIRST_OPTION else self.value
 
 
 def _label(control: Slider | Choice, value) -> str:
@@ -328,7 +339,9 @@ class InteractiveFigure:
             def make(name, c):
                 style = {"description_width": "initial"}
                 if isinstance(c, Choice):
-                    return w.Dropdown(options=list(c.pairs), value=c.default(), description=name, style=style)
+                    # by index: ipywidgets reads value=None as "select nothing", a blank box
+                    return w.Dropdown(options=list(c.pairs), index=c.values().index(c.default()),
+                                      description=name, style=style)
                 cls = w.IntSlider if c.is_int else w.FloatSlider
                 return cls(min=c.lo, max=c.hi, step=c.step, value=c.default(), description=name,
                            continuous_update=True, style=style)
