@@ -32,6 +32,10 @@ def closest_scores(key, target):
     return key @ q  # the reachable score row nearest to s
 
 
+def superposition_gaps(f, x, y):
+    return (f(x + y) - f(x) - f(y)).abs().max().item(), (f(2 * x) - 2 * f(x)).abs().max().item()
+
+
 def attention_by_hand():
     a = math.exp(1 / math.sqrt(2))  # e^{S_11} = e^{S_13}; e^{S_12} = e^0 = 1
     b = math.exp(math.sqrt(2))  # e^{S_22}; e^{S_21} = 1; key 3 is masked for query 2
@@ -146,6 +150,22 @@ CATALOGUE = {
                   lambda K, s: torch.linalg.qr(K)[0] @ (torch.linalg.qr(K)[0].T @ s),
                   lambda key, target: key @ torch.linalg.pinv(key) @ target],
     },
+    "superposition_gaps": {
+        "wrong": [
+            (lambda f, x, y: ((f(x + y) - f(x) - f(y)).max().item(), (f(2 * x) - 2 * f(x)).max().item()),
+             ["differs", "largest absolute value"]),  # forgot the absolute value
+            (lambda f, x, y: ((f(x + y) - f(x) - f(y)).abs().max().item(), (f(2 * x) - f(x)).abs().max().item()),
+             ["(additivity gap, homogeneity gap)[1] differs"]),  # f(2x) - f(x): tests invariance, not homogeneity
+            (lambda f, x, y: ((f(x + y) - f(x) - f(y)).abs().mean().item(),
+                              (f(2 * x) - 2 * f(x)).abs().mean().item()), ["differs", "case 1"]),  # mean, not max
+            (lambda f, x, y: (f(x + y) - f(x) - f(y)).abs().max().item(), ["should be a tuple of 2 items"]),
+            (lambda f, x, y: ((f(x + y) - f(x) - f(y)).abs().sum().item(),
+                              (f(2 * x) - 2 * f(x)).abs().sum().item()), ["differs"]),  # sum, not max
+        ],
+        "right": [lambda f, x, y: tuple(float(torch.linalg.vector_norm(d, ord=float("inf")))
+                                        for d in (f(x + y) - f(x) - f(y), f(2 * x) - 2 * f(x))),
+                  lambda g, a, b: [(g(a + b) - g(a) - g(b)).abs().amax(), (g(a + a) - g(a) - g(a)).abs().amax()]],
+    },
     "one_hot_embed": {
         "wrong": [
             (lambda idx, weight: weight[idx.reshape(-1)], ["shape", "case 2"]),  # flattens the batch
@@ -165,10 +185,12 @@ CATALOGUE = {
 
 def test_registry():
     assert registry(1) == ch1.EXERCISES
-    assert set(ch1.EXERCISES) == {"attention_by_hand", "attention", "split_heads", "one_hot_embed", "closest_scores"}
+    assert set(ch1.EXERCISES) == {"attention_by_hand", "attention", "split_heads", "one_hot_embed", "closest_scores",
+                                  "superposition_gaps"}
 
 
-@pytest.mark.parametrize("fn", [attention_by_hand, attention, split_heads, one_hot_embed, closest_scores])
+@pytest.mark.parametrize("fn", [attention_by_hand, attention, split_heads, one_hot_embed, closest_scores,
+                                superposition_gaps])
 def test_solutions_pass(fn):
     result = ch1.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message

@@ -17,7 +17,7 @@ from transformer_lab.attention import split_heads as _split_heads
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
 
 __all__ = ["BY_HAND", "EXERCISES", "check_attention", "check_attention_by_hand", "check_closest_scores",
-           "check_one_hot_embed", "check_split_heads"]
+           "check_one_hot_embed", "check_split_heads", "check_superposition_gaps"]
 
 # The 2 × 3 example of the by-hand exercise: Q (2, d_k = 2), K and V (3, 2); query 2 may not see key 3.
 BY_HAND = {
@@ -150,6 +150,37 @@ def check_closest_scores(fn) -> CheckResult:
     return check_function("closest_scores", fn, _closest_reference, _closest_cases(), compare=_closest_compare)
 
 
+def _gaps_reference(f, x, y):
+    additivity = (f(x + y) - f(x) - f(y)).abs().max().item()  # max |f(x+y) - f(x) - f(y)|
+    homogeneity = (f(2 * x) - 2 * f(x)).abs().max().item()  # max |f(2x) - 2 f(x)|
+    return additivity, homogeneity
+
+
+def _gaps_cases(seed: int = 4):
+    from transformer_lab.backprop import gelu
+    from transformer_lab.norm import layer_norm
+
+    gen = torch.Generator().manual_seed(seed)
+    W = randn(gen, 6, 6)
+    yield {"f": gelu, "x": randn(gen, 3, 6), "y": randn(gen, 3, 6)}
+    yield {"f": layer_norm, "x": randn(gen, 2, 6), "y": randn(gen, 2, 6)}
+    yield {"f": lambda t: t @ W, "x": randn(gen, 4, 6), "y": randn(gen, 4, 6)}  # linear: both gaps ≈ 0
+    yield {"f": torch.tanh, "x": -randn(gen, 5, 6).abs(), "y": -randn(gen, 5, 6).abs()}  # negative gaps dominate
+
+
+def _gaps_compare(got, expected) -> str | None:
+    msg = describe_difference(got, expected, atol=1e-9, rtol=1e-9, what="(additivity gap, homogeneity gap)")
+    if msg and isinstance(got, tuple | list) and len(got) == 2:
+        msg += (" Hint: each gap is the largest absolute value over all entries, of f(x + y) - f(x) - f(y) and of"
+                " f(2x) - 2 f(x).")
+    return msg
+
+
+def check_superposition_gaps(fn) -> CheckResult:
+    """``superposition_gaps(f, x, y)`` -> ``(max |f(x+y) - f(x) - f(y)|, max |f(2x) - 2 f(x)|)`` as two numbers."""
+    return check_function("superposition_gaps", fn, _gaps_reference, _gaps_cases(), compare=_gaps_compare)
+
+
 EXERCISES = {"attention_by_hand": check_attention_by_hand, "attention": check_attention,
              "split_heads": check_split_heads, "one_hot_embed": check_one_hot_embed,
-             "closest_scores": check_closest_scores}
+             "closest_scores": check_closest_scores, "superposition_gaps": check_superposition_gaps}
