@@ -66,6 +66,20 @@ def test_gelu_three_way(approximate, derivation):
     torch.testing.assert_close(gelu_backward(g, x, approximate), g * auto, **TOL)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_gelu_tanh_grad_saturates_without_nan(dtype):
+    """Past |x| ≈ 256, x² overflows float16; 1 − tanh²u is 0 there, and inf · 0 must not make a NaN: the slope is
+    1 (x > 0) or 0 (x < 0), as F.gelu's backward gives. Nothing changes below |x| = 10."""
+    x = torch.tensor([-1e4, -300.0, -20.0, -10.5, 10.5, 20.0, 300.0, 1e4], dtype=dtype)
+    assert torch.equal(gelu_grad(x, "tanh"), (x > 0).to(dtype))
+    (auto,) = autograd_of(lambda t: F.gelu(t, approximate="tanh"), x, grad_out=torch.ones_like(x))
+    assert torch.equal(gelu_grad(x, "tanh"), auto)
+    inner = torch.linspace(-10, 10, 2001, dtype=D)
+    t = torch.tanh(math.sqrt(2 / math.pi) * (inner + 0.044715 * inner**3))
+    unclamped = 0.5 * (1 + t) + 0.5 * inner * (1 - t * t) * (math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * inner**2))
+    torch.testing.assert_close(gelu_grad(inner, "tanh"), unclamped, atol=1e-15, rtol=1e-14)
+
+
 def test_relu_subgradient_at_zero_is_torchs():
     x = torch.tensor([-1.0, 0.0, 2.0], dtype=D)
     (auto,) = autograd_of(F.relu, x, grad_out=torch.ones(3, dtype=D))

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lab.derivations import ch4
-from transformer_lab.mlp import MLP
+from transformer_lab.mlp import MLP, _TanhGELU
 
 TOL = dict(atol=1e-12, rtol=1e-10)
 D = torch.float64
@@ -100,3 +100,13 @@ def test_without_gradients_the_same_values():
         without = mlp(x)
     assert with_graph.grad_fn is not None and without.grad_fn is None
     torch.testing.assert_close(without, with_graph.detach(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_tanh_gelu_backward_has_no_nan_where_it_saturates(dtype):
+    """float16: x² overflows past |x| ≈ 256 and σ(1 − σ) = 0 there; the backward must give 0 or 1, not inf · 0 = NaN
+    (F.gelu's backward gives 1 at x = 1e4)."""
+    x = torch.tensor([-1e4, -300.0, -20.0, 20.0, 300.0, 1e4], dtype=dtype, requires_grad=True)
+    (ours,) = torch.autograd.grad(_TanhGELU.apply(x).sum(), x)
+    (ref,) = torch.autograd.grad(F.gelu(x, approximate="tanh").sum(), x)
+    assert torch.equal(ours, (x > 0).to(dtype)) and torch.equal(ours, ref)

@@ -16,6 +16,7 @@ from transformer_lab.norm import layer_norm  # chapter 7: the forward pass of la
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715  # the cubic coefficient of the tanh approximation
+_SATURATED = 10.0  # |x| beyond which the tanh form's 1 − tanh²u (u > 43) is exactly 0 in float16/32/64
 
 
 def _check_same_shape(grad_out: torch.Tensor, shape, what: str) -> None:
@@ -47,8 +48,11 @@ def gelu_grad(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
         pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # φ(x)
         return cdf + x * pdf  # Φ(x) + x φ(x)
     t = torch.tanh(_SQRT_2_OVER_PI * (x + _GELU_C * x**3))
-    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_C * x * x)  # u′(x)
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du  # ½(1 + t) + ½ x (1 − t²) u′
+    # beyond |x| = 10, 1 − t² is 0 in every float dtype; clamping keeps x u′ finite there (float16: x² overflows
+    # past |x| ≈ 256, and inf · 0 would be NaN); for |x| ≤ 10 nothing changes
+    xc = x.clamp(-_SATURATED, _SATURATED)
+    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_C * xc * xc)  # u′(x)
+    return 0.5 * (1.0 + t) + 0.5 * xc * (1.0 - t * t) * du  # ½(1 + t) + ½ x (1 − t²) u′
 
 
 def gelu_backward(grad_out: torch.Tensor, x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
