@@ -171,7 +171,7 @@ def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable
         pass
     n = 0
     for n, case in enumerate(cases, start=1):
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in case.items())
+        shown = ", ".join(f"{k}={_short(v)}" for k, v in case.items()) or "no arguments"
         try:
             args = _clone(case)  # by position, in the reference's order: the student may name them as they like
             got = fn(*(args[p] for p in params if p in args and p not in keyword),
@@ -184,7 +184,7 @@ def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable
         msg = (compare or (lambda g, e: describe_difference(g, e, atol=atol, rtol=rtol)))(got, expected)
         if msg:
             return CheckResult(name, False, f"{msg} (on case {n}: {shown})")
-    return CheckResult(name, True, f"matches the reference on all {n} cases")
+    return CheckResult(name, True, f"matches the reference on {'all ' if n > 1 else ''}{n} case{'s' if n != 1 else ''}")
 
 
 def _clone(case: dict) -> dict:
