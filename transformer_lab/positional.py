@@ -14,24 +14,29 @@
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import torch
 from torch import nn
 
 
-def _check_positive_int(value, name: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+def _check_positive_int(value, name: str) -> int:
+    """``value`` as an int if it is a positive integer (Python or NumPy; not a bool), else ValueError."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool | np.bool_) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def _check_base(base) -> None:
-    if not isinstance(base, int | float) or not math.isfinite(base) or not base > 0:
+    if not isinstance(base, numbers.Real) or isinstance(base, bool | np.bool_) or not math.isfinite(base) \
+            or not base > 0:
         raise ValueError(f"base must be a finite number > 0, got {base!r}")
 
 
 def sinusoidal_frequencies(d_model: int, *, base: float = 10000.0, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The d_model/2 angular frequencies ω_i = base^{-2i/d_model}, i = 0 … d_model/2 - 1.  -> (d_model/2,)."""
-    _check_positive_int(d_model, "d_model")
+    d_model = _check_positive_int(d_model, "d_model")
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     _check_base(base)
@@ -45,7 +50,7 @@ def sinusoidal_encoding(n_pos: int, d_model: int, *, base: float = 10000.0,
 
     PE(pos, 2i) = sin(pos / base^{2i/d}), PE(pos, 2i+1) = cos(pos / base^{2i/d}). Computed in float64, then cast.
     """
-    _check_positive_int(n_pos, "n_pos")
+    n_pos = _check_positive_int(n_pos, "n_pos")
     omega = sinusoidal_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
     angle = torch.arange(n_pos, dtype=torch.float64)[:, None] * omega[None, :]  # (n_pos, d/2): pos · ω_i
     pe = torch.empty(n_pos, d_model, dtype=torch.float64)
@@ -60,8 +65,9 @@ def relative_rotation(k: float, d_model: int, *, base: float = 10000.0,
 
     Block-diagonal; block i is [[cos kω_i, sin kω_i], [-sin kω_i, cos kω_i]] acting on (sin, cos) pairs.
     """
-    if not isinstance(k, int | float) or isinstance(k, bool) or not math.isfinite(k):
+    if not isinstance(k, numbers.Real) or isinstance(k, bool | np.bool_) or not math.isfinite(k):
         raise ValueError(f"k must be a finite number (an offset in positions), got {k!r}")
+    k = float(k)  # a Python or NumPy number
     omega = sinusoidal_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
     c, s = torch.cos(k * omega), torch.sin(k * omega)  # (d/2,)
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
@@ -107,9 +113,9 @@ def causal_mask(T: int, T_k: int | None = None, *, device=None) -> torch.Tensor:
     With T_k = T (the default) it is lower-triangular. T_k > T is the key-value-cache case: the T queries are
     the last T of T_k positions.
     """
-    _check_positive_int(T, "T")
+    T = _check_positive_int(T, "T")
     T_k = T if T_k is None else T_k
-    _check_positive_int(T_k, "T_k")
+    T_k = _check_positive_int(T_k, "T_k")
     if T_k < T:
         raise ValueError(f"T_k must be >= T (each query sees its own position), got T={T}, T_k={T_k}")
     i = torch.arange(T, device=device)[:, None]  # (T, 1) queries
@@ -117,19 +123,21 @@ def causal_mask(T: int, T_k: int | None = None, *, device=None) -> torch.Tensor:
     return j <= i + (T_k - T)  # (T, T_k)
 
 
-class LearnedPositions(nn.Module):
-    """Learned absolute positions (GPT-2): a table P (n_pos, d_model) ~ N(0, std²), trained with the model.
+class LearnedPositions(nn.Embedding):
+    """Learned absolute positions (GPT-2's ``wpe``): a table P (n_pos, d_model) ~ N(0, std²), trained with the model.
 
     ``forward(positions)``: integer positions (...), each in 0 … n_pos-1 -> rows P[positions] (..., d_model).
     A position the table has no row for is an error: a learned table cannot encode a position it never had.
+    An ``nn.Embedding`` (one N(0, 1) draw of the table, then scaled), so GPT-2-style initialisers treat it as one.
     """
 
     def __init__(self, n_pos: int, d_model: int, *, std: float = 0.02):
-        super().__init__()
-        _check_positive_int(n_pos, "n_pos")
-        _check_positive_int(d_model, "d_model")
+        n_pos = _check_positive_int(n_pos, "n_pos")
+        d_model = _check_positive_int(d_model, "d_model")
+        super().__init__(n_pos, d_model)  # weight P (n_pos, d_model) ~ N(0, 1)
+        with torch.no_grad():
+            self.weight.mul_(std)  # P ~ N(0, std²)
         self.n_pos, self.d_model = n_pos, d_model
-        self.weight = nn.Parameter(torch.randn(n_pos, d_model) * std)  # P (n_pos, d_model)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
@@ -149,7 +157,7 @@ def alibi_slopes(n_head: int, *, dtype: torch.dtype | None = None) -> torch.Tens
     For H a power of 2: m_h = 2^{-8h/H}, h = 1 … H (a geometric sequence from 2^{-8/H} down to 2^{-8}). Otherwise,
     as in the authors' code: the slopes for the largest power of 2, H' < H, then every other slope of 2H'.
     """
-    _check_positive_int(n_head, "n_head")
+    n_head = _check_positive_int(n_head, "n_head")
 
     def power_of_two(H: int) -> list[float]:
         return [2.0 ** (-8.0 * h / H) for h in range(1, H + 1)]
@@ -167,9 +175,9 @@ def alibi_bias(T: int, T_k: int | None = None, *, n_head: int, device=None,
     keys a causal model lets it see, j <= i', the bias is -m_h · (distance) <= 0: a linear penalty on distance.
     Add it to the scores before the softmax, together with the causal mask (the bias is > 0 where j > i').
     """
-    _check_positive_int(T, "T")
+    T = _check_positive_int(T, "T")
     T_k = T if T_k is None else T_k
-    _check_positive_int(T_k, "T_k")
+    T_k = _check_positive_int(T_k, "T_k")
     if T_k < T:
         raise ValueError(f"T_k must be >= T (the queries are the last T of T_k positions), got T={T}, T_k={T_k}")
     dtype = dtype or torch.get_default_dtype()
@@ -182,19 +190,19 @@ def alibi_bias(T: int, T_k: int | None = None, *, n_head: int, device=None,
 # ---------------------------------------------------------------- counting
 def attention_pairs(n: int) -> int:
     """Ordered (query, key) pairs full self-attention scores over n tokens: n²."""
-    _check_positive_int(n, "n")
+    n = _check_positive_int(n, "n")
     return n * n
 
 
 def causal_pairs(n: int) -> int:
     """(query, key) pairs a causal mask admits over n tokens: Σ_{i=1}^{n} i = n(n+1)/2."""
-    _check_positive_int(n, "n")
+    n = _check_positive_int(n, "n")
     return n * (n + 1) // 2
 
 
 def valid_head_counts(d_model: int) -> list[int]:
     """The numbers of heads h that split d_model into equal heads of width d_k = d_model / h: its divisors."""
-    _check_positive_int(d_model, "d_model")
+    d_model = _check_positive_int(d_model, "d_model")
     return [h for h in range(1, d_model + 1) if d_model % h == 0]
 
 
@@ -204,8 +212,8 @@ def head_partitions(d_model: int, n_head: int) -> int:
     All of them give the same family of models (a permutation of W_Q's columns maps one onto another), which is
     why the code simply slices contiguous blocks.
     """
-    _check_positive_int(d_model, "d_model")
-    _check_positive_int(n_head, "n_head")
+    d_model = _check_positive_int(d_model, "d_model")
+    n_head = _check_positive_int(n_head, "n_head")
     if d_model % n_head:
         raise ValueError(f"n_head={n_head} must divide d_model={d_model}")
     d_k = d_model // n_head
