@@ -25,7 +25,7 @@ from transformer_lab.attention import (
 from transformer_lab.mlp import MLP
 from transformer_lab.norm import LayerNorm
 from transformer_lab.numerics import init_gpt_weights
-from transformer_lab.positional import apply_rope, sinusoidal_encoding
+from transformer_lab.positional import LearnedPositions, apply_rope, sinusoidal_encoding
 from transformer_lab.regularization import dropout
 from transformer_lab.sampling import sample
 from transformer_lab.softmax import LMHead
@@ -127,7 +127,7 @@ class GPT(nn.Module):
         c = self.config = config
         self.tok_emb = Embedding(c.vocab_size, c.d_model)  # E (V, C)
         if c.positions == "learned":
-            self.pos_emb = Embedding(c.block_size, c.d_model)  # P (T_max, C), learned
+            self.pos_emb = LearnedPositions(c.block_size, c.d_model)  # P (T_max, C), learned (ch. 6)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
         self.ln_f = LayerNorm(c.d_model, bias=c.bias)
         self.head = LMHead(c.d_model, c.vocab_size)  # W (V, C) ...
