@@ -31,6 +31,8 @@ def test_gelu_slope_shape():
     assert d["second_difference"] == 0
     assert d["peak_x"] == sp.sqrt(2)
     assert d["symmetry"] == 1 and d["limit"] == 1
+    assert d["increasing_on"] == sp.Interval.open(-sp.sqrt(2), sp.sqrt(2))  # GELU″ > 0
+    assert d["decreasing_on"] == sp.Union(sp.Interval.open(-sp.oo, -sp.sqrt(2)), sp.Interval.open(sp.sqrt(2), sp.oo))
     assert abs(float(d["crossing"]) - 0.7517915246935645) < 1e-15
     assert abs(float(d["peak"]) - 1.1289041451851) < 1e-12
     assert abs(float(d["minimum"]) + 0.1699712074799037) < 1e-15
@@ -47,6 +49,13 @@ def test_layer_norm_gradient_along_ones_and_xhat():
     assert d["along_ones"] == 0  # orthogonal to 1 for every ε
     assert d["along_xhat_difference"] == 0  # x̂ᵀ∇ = ε r³ ĝᵀx̂: orthogonal to x̂ only at ε = 0
     assert d["along_xhat_rhs"].subs(d["eps"], 0) == 0
+
+
+def test_layer_norm_scale_derivative_is_eps_r2_xhat():
+    """d/dc LN(c x) at c = 1 = ε r² x̂, derived (x → c x, differentiate, c = 1): zero only at ε = 0."""
+    d = ch4.layer_norm_gradient(3)
+    assert d["scale_difference"] == [0, 0, 0]
+    assert sp.simplify(d["scale_derivative"][0]) != 0  # for ε > 0 LN(c x) moves with c
 
 
 def test_mlp_chain_rule_all_five_gradients():

@@ -41,8 +41,16 @@ def relu_grad(grad_out, x):
     return grad_out * (x > 0)
 
 
+def mlp_grads(grad_out, x, w1, b1, w2, b2):
+    h = x @ w1.T + b1
+    a = 0.5 * h * (1 + torch.tanh(K * (h + C * h**3)))
+    g_a = grad_out @ w2
+    g_h = g_a * gelu_tanh_grad(h)
+    return g_h @ w1, g_h.T @ x, g_h.sum(0), grad_out.T @ a, grad_out.sum(0)
+
+
 SOLUTIONS = {"linear_grads": linear_grads, "gelu_tanh_grad": gelu_tanh_grad, "softmax_ce_grad": softmax_ce_grad,
-             "layer_norm_grad": layer_norm_grad, "relu_grad": relu_grad}
+             "layer_norm_grad": layer_norm_grad, "relu_grad": relu_grad, "mlp_grads": mlp_grads}
 
 
 # ---------------------------------------------------------------- typical wrong answers
@@ -83,6 +91,32 @@ def _ln_mean_gx(grad_out, x, eps):  # mean(ĝ x) instead of mean(ĝ x̂)
     r = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
     xhat = (x - x.mean(-1, keepdim=True)) * r
     return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * x).mean(-1, keepdim=True))
+
+
+def _softmax_global_shift(logits, targets):  # one shift for the whole tensor, not per row
+    z = logits - logits.max()
+    p = z.exp() / z.exp().sum(-1, keepdim=True)
+    p[torch.arange(len(targets)), targets] -= 1
+    return p / len(targets)
+
+
+def _gelu_float32_constant(x):  # right formula, √(2/π) as a float32 tensor
+    k = torch.sqrt(torch.tensor(2 / torch.pi))
+    t = torch.tanh(k * (x + C * x**3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * k * (1 + 3 * C * x**2)
+
+
+def _mlp(slip):
+    """The MLP backward with one typical slip: "gelu_at_a", "no_gelu_grad", "exact_gelu", "w2_from_h"."""
+    def fn(grad_out, x, w1, b1, w2, b2):
+        h = x @ w1.T + b1
+        a = 0.5 * h * (1 + torch.tanh(K * (h + C * h**3)))
+        slope = {"gelu_at_a": gelu_tanh_grad(a), "no_gelu_grad": torch.ones_like(h),
+                 "exact_gelu": 0.5 * (1 + torch.erf(h / math.sqrt(2))) + h * torch.exp(-h * h / 2)
+                 / math.sqrt(2 * math.pi)}.get(slip, gelu_tanh_grad(h))
+        g_h = grad_out @ w2 * slope
+        return g_h @ w1, g_h.T @ x, g_h.sum(0), grad_out.T @ (h if slip == "w2_from_h" else a), grad_out.sum(0)
+    return fn
 
 
 # ---------------------------------------------------------------- correct answers in other styles
@@ -132,6 +166,22 @@ def _ln_centered(grad_out, x, eps):
     return gc / std - xc * (grad_out * xc).mean(-1, keepdim=True) / std**3
 
 
+def _mlp_autograd_free_einsum(grad_out, x, w1, b1, w2, b2):  # einsum, with the sigmoid form of GELU_tanh
+    h = torch.einsum("nc,hc->nh", x, w1) + b1
+    s2 = torch.sigmoid(2 * K * (h + C * h**3))
+    g_h = torch.einsum("nc,ch->nh", grad_out, w2) * (s2 + h * s2 * (1 - s2) * 2 * K * (1 + 3 * C * h**2))
+    return (torch.einsum("nh,hc->nc", g_h, w1), torch.einsum("nh,nc->hc", g_h, x), g_h.sum(0),
+            torch.einsum("nc,nh->ch", grad_out, h * s2), grad_out.sum(0))
+
+
+def _mlp_with_package(grad_out, x, w1, b1, w2, b2):  # composing the package's layer backward passes
+    from transformer_lab.backprop import gelu, gelu_backward, linear_backward
+    h = x @ w1.T + b1
+    g_a, g_w2, g_b2 = linear_backward(grad_out, gelu(h, "tanh"), w2)
+    g_x, g_w1, g_b1 = linear_backward(gelu_backward(g_a, h, "tanh"), x, w1)
+    return g_x, g_w1, g_b1, g_w2, g_b2
+
+
 CATALOGUE = {
     "linear_grads": {
         "wrong": [
@@ -143,6 +193,8 @@ CATALOGUE = {
             (lambda grad_out, x, weight: (grad_out @ weight.T, grad_out.T @ x, grad_out.sum(0)), ["raised"]),
             (lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x / len(x), grad_out.sum(0)),
              ["output[1] differs", "worst at"]),  # averaged ∂L/∂W
+            (lambda grad_out, x, weight: tuple(t.float() for t in linear_grads(grad_out, x, weight)),
+             ["output[0] differs", "your result is torch.float32", "compute in float64"]),
         ],
         "right": [_linear_einsum, _linear_outer_products],
     },
@@ -154,13 +206,17 @@ CATALOGUE = {
             (_gelu(du_factor=C), ["differs"]),  # d/dx x³ = x² forgotten the 3
             (_gelu(scale=1.0), ["differs"]),  # √(2/π) dropped from u′
             (_gelu(sech2=lambda t: 1 + t**2), ["differs"]),  # sign of tanh′ = 1 − tanh²
+            (_gelu_float32_constant, ["differs", "the formula looks right", "compute in float64"]),
+            (lambda x: gelu_tanh_grad(x.float()), ["your result is torch.float32", "compute in float64"]),
+            (lambda x: gelu_tanh_grad(x) * (1 + 1e-4), ["differs"]),  # a real error, 1e-4: no float64 hint
         ],
         "right": [_gelu_sigmoid, _gelu_cosh],
     },
     "softmax_ce_grad": {
         "wrong": [
             (lambda logits, targets: softmax_ce_grad(logits, targets) * len(targets), ["differs", "case 1"]),  # sum
-            (_naive_softmax, ["NaN", "case 3"]),
+            (_naive_softmax, ["NaN", "case 3", "its own largest logit"]),
+            (_softmax_global_shift, ["NaN", "case 4", "each row by its own largest logit"]),
             (lambda logits, targets: torch.softmax(logits, -1) / len(targets), ["differs"]),  # forgot − y
             (lambda logits, targets: -softmax_ce_grad(logits, targets), ["differs"]),  # y − p
             (lambda logits, targets: (torch.log_softmax(logits, -1) - F.one_hot(targets, logits.shape[-1]))
@@ -191,6 +247,19 @@ CATALOGUE = {
         ],
         "right": [lambda grad_out, x: torch.where(x > 0, grad_out, torch.zeros_like(grad_out)),
                   lambda grad_out, x: grad_out.masked_fill(x <= 0, 0.0)],
+    },
+    "mlp_grads": {
+        "wrong": [
+            (_mlp("gelu_at_a"), ["output[0] differs", "∂L/∂W₂ and ∂L/∂b₂ are right", "not at the activation"]),
+            (_mlp("no_gelu_grad"), ["output[0] differs", "⊙ GELU′(h)"]),
+            (_mlp("exact_gelu"), ["output[0] differs", "tanh form"]),
+            (_mlp("w2_from_h"), ["output[3] differs", "∂L/∂W₂ = Gᵀ a"]),
+            (lambda grad_out, x, w1, b1, w2, b2: mlp_grads(grad_out, x, w1, b1, w2, b2)[:3],
+             ["should have 5 items"]),
+            (lambda grad_out, x, w1, b1, w2, b2: (lambda g: (g[0], g[1].T, *g[2:]))(
+                mlp_grads(grad_out, x, w1, b1, w2, b2)), ["output[1] has shape (3, 7), expected (7, 3)"]),
+        ],
+        "right": [_mlp_autograd_free_einsum, _mlp_with_package],
     },
 }
 

@@ -35,13 +35,15 @@ def gelu_exact_derivative() -> dict[str, sp.Expr]:
 def gelu_slope_shape() -> dict[str, object]:
     """The shape of GELU′: GELU″ = φ(x)(2 − x²), so GELU′ peaks at x = √2; GELU′(x) + GELU′(−x) = 1 (since
     Φ(x) + Φ(−x) = 1 and φ is even); GELU′ → 1 as x → ∞. ``crossing`` (GELU′ = 1, x > 0) is found with ``nsolve``
-    (30 digits), and by the symmetry −``crossing`` is where GELU′ = 0, GELU's minimum."""
+    (30 digits), and by the symmetry −``crossing`` is where GELU′ = 0, GELU's minimum. ``increasing_on`` and
+    ``decreasing_on`` are where GELU″ > 0 and < 0 (``solveset``): GELU′ rises on (−√2, √2) and falls beyond √2."""
     d = gelu_exact_derivative()
     second = sp.factor(sp.simplify(sp.diff(d["derivative"], x)))
     critical = sp.solve(second, x)
     peak_x = max(critical)
     crossing = sp.nsolve(d["derivative"] - 1, x, 0.75, prec=30)
     return {"second": second, "second_difference": sp.simplify(second - d["phi"] * (2 - x**2)),
+            "increasing_on": sp.solveset(second > 0, x, sp.Reals), "decreasing_on": sp.solveset(second < 0, x, sp.Reals),
             "critical": critical, "peak_x": peak_x, "peak": d["derivative"].subs(x, peak_x),
             "symmetry": sp.simplify(d["derivative"] + d["derivative"].subs(x, -x)),
             "limit": sp.limit(d["derivative"], x, sp.oo), "crossing": crossing,
@@ -102,7 +104,8 @@ def softmax_ce_gradient(n: int = 3) -> dict[str, object]:
 
 @functools.cache
 def layer_norm_gradient(n: int = 3) -> dict[str, object]:
-    """∂x̂ᵢ/∂xⱼ = r (δᵢⱼ − 1/n − x̂ᵢ x̂ⱼ / n) with r = 1/√(σ² + ε); so ∂L/∂x = r (ĝ − mean ĝ − x̂ mean(ĝ x̂))."""
+    """∂x̂ᵢ/∂xⱼ = r (δᵢⱼ − 1/n − x̂ᵢ x̂ⱼ / n) with r = 1/√(σ² + ε); so ∂L/∂x = r (ĝ − mean ĝ − x̂ mean(ĝ x̂)).
+    Also d/dc x̂(c x) at c = 1 equals ε r² x̂ (``scale_difference`` = 0): scale-invariant only at ε = 0."""
     xs = sp.symbols(f"x0:{n}", real=True)
     g = sp.symbols(f"g0:{n}", real=True)  # upstream gradient ĝ = ∂L/∂x̂
     eps = sp.Symbol("epsilon", positive=True)
@@ -119,11 +122,16 @@ def layer_norm_gradient(n: int = 3) -> dict[str, object]:
     along_xhat = sum(xh * gj for xh, gj in zip(xhat, grad, strict=True))
     along_ones = sum(grad)
     xhat_rhs = eps * r**2 * r * sum(gi * xh for gi, xh in zip(g, xhat, strict=True))
+    # scale invariance only at ε = 0: d/dc LN(c x) at c = 1 equals ε r² x̂ (differentiate x̂ with x → c x)
+    cs = sp.Symbol("c", positive=True)
+    xhat_c = [xh.subs({xi: cs * xi for xi in xs}, simultaneous=True) for xh in xhat]
+    scale = [sp.diff(xh, cs).subs(cs, 1) for xh in xhat_c]
     return {"x": xs, "g": g, "eps": eps, "xhat": xhat, "r": r, "jacobian": jac, "jacobian_form": jac_form,
             "jacobian_difference": (jac - jac_form).applyfunc(sp.simplify), "gradient": grad,
             "gradient_form": grad_form, "gradient_difference": (grad - grad_form).applyfunc(sp.simplify),
             "along_ones": sp.simplify(along_ones), "along_xhat": along_xhat, "along_xhat_rhs": xhat_rhs,
-            "along_xhat_difference": sp.simplify(along_xhat - xhat_rhs)}
+            "along_xhat_difference": sp.simplify(along_xhat - xhat_rhs), "scale_derivative": scale,
+            "scale_difference": [sp.simplify(a - eps * r**2 * xh) for a, xh in zip(scale, xhat, strict=True)]}
 
 
 @functools.cache
@@ -152,7 +160,7 @@ def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
               "b2": sp.Matrix(d_model, 1, lambda i, _: sp.diff(loss, b2[i]))}
     chain = {"W1": delta * xv.T, "x": W1.T * delta, "b1": delta, "W2": c * h.applyfunc(f).T, "b2": c}
     return {"f": f, "W1": W1, "W2": W2, "b1": b1, "b2": b2, "x": xv, "c": c, "loss": loss, "delta": delta,
-            "direct_W1": direct_W1, "chain_W1": chain["W1"], "direct_x": direct_x, "chain_x": chain["x"],
+            "direct_W1": direct_W1, "direct_x": direct_x, **{f"chain_{k}": v for k, v in chain.items()},
             **{f"difference_{k}": (direct[k] - chain[k]).applyfunc(sp.simplify) for k in direct}}
 
 
@@ -197,26 +205,28 @@ def check(seed: int = 0) -> dict[str, float]:
     out["layer_norm: sympy vs ours"] = (sym - ours).abs().max().item()
     out["layer_norm: ours vs autograd"] = (ours - auto).abs().max().item()
 
-    # the whole block, with f = GELU (tanh form): ∂L/∂W₁ and ∂L/∂x
+    # the whole block, with f = GELU (tanh form): all five gradients
     d = mlp_chain_rule()
     s = sp.Symbol("s", real=True)
     act = sp.Lambda(s, gelu_tanh_derivative()["gelu"].subs(x, s))
     syms = [*d["W1"], *d["W2"], *d["b1"], *d["b2"], *d["x"], *d["c"]]
-    fn = sp.lambdify(syms, [d[k].subs(d["f"], act).doit() for k in ("chain_W1", "chain_x")], "numpy")
+    names = {"W1": "fc.weight", "b1": "fc.bias", "x": "x", "W2": "proj.weight", "b2": "proj.bias"}
+    fn = sp.lambdify(syms, [d[f"chain_{k}"].subs(d["f"], act).doit() for k in names], "numpy")
     with torch.random.fork_rng():  # leave the caller's global RNG as it was
         torch.manual_seed(seed)
         mlp = MLP(2, 2, approximate="tanh").double()
     xv = torch.randn(2, generator=gen, dtype=torch.float64)
     c = torch.randn(2, generator=gen, dtype=torch.float64)
     vals = [mlp.fc.weight, mlp.proj.weight, mlp.fc.bias, mlp.proj.bias, xv, c]
-    sym_w1, sym_x = (torch.tensor(a, dtype=torch.float64)
-                     for a in fn(*[float(v) for t in vals for v in t.detach().flatten()]))
+    sym = {names[k]: torch.tensor(a, dtype=torch.float64)
+           for k, a in zip(names, fn(*[float(v) for t in vals for v in t.detach().flatten()]), strict=True)}
     _, cache = mlp.forward_with_cache(xv)
     ours = mlp.backward(c, cache)
     xa = xv.clone().requires_grad_(True)
-    auto_x, auto_w1 = torch.autograd.grad((mlp(xa) * c).sum(), [xa, mlp.fc.weight])
-    out["mlp_block: sympy vs ours"] = max((sym_w1 - ours["fc.weight"]).abs().max().item(),
-                                          (sym_x.flatten() - ours["x"]).abs().max().item())
-    out["mlp_block: ours vs autograd"] = max((ours["fc.weight"] - auto_w1).abs().max().item(),
-                                             (ours["x"] - auto_x).abs().max().item())
+    params = dict(mlp.named_parameters())
+    auto = dict(zip(["x", *params], torch.autograd.grad((mlp(xa) * c).sum(), [xa, *params.values()]), strict=True))
+    out["mlp_block (5 gradients): sympy vs ours"] = max((sym[k].reshape(ours[k].shape) - ours[k]).abs().max().item()
+                                                        for k in names.values())
+    out["mlp_block (5 gradients): ours vs autograd"] = max((ours[k] - auto[k]).abs().max().item()
+                                                           for k in names.values())
     return out

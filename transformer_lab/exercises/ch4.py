@@ -5,6 +5,7 @@
 * ``softmax_ce_grad(logits, targets)`` — ∂L/∂z of the mean softmax cross-entropy
 * ``layer_norm_grad(grad_out, x, eps)`` — ∂L/∂x through LayerNorm without affine parameters
 * ``relu_grad(grad_out, x)`` — ∂L/∂x through ReLU, with PyTorch's slope 0 at x = 0
+* ``mlp_grads(grad_out, x, w1, b1, w2, b2)`` — all five gradients of the MLP block (tanh GELU), by the chain rule
 
 Each checker compares with :mod:`transformer_lab.backprop` on fixed float64 cases. It cannot tell whether the
 answer called ``torch.autograd``; the exercises ask for the formula, and autograd is the way to check it.
@@ -16,8 +17,39 @@ import torch
 
 from transformer_lab import backprop
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
+from transformer_lab.mlp import MLP
 
 D = torch.float64
+_FLOAT64_HINT = "compute in float64 (a float32 constant or tensor, e.g. torch.tensor(2 / torch.pi), loses digits)"
+
+
+def _tensors(value) -> list:
+    return [t for v in value for t in _tensors(v)] if isinstance(value, tuple | list) else [value]
+
+
+def _precision_hint(got, expected) -> str | None:
+    """A hint when the answer is right up to float32 rounding: a float32 result, or a relative error below 1e-5."""
+    got_list, expected_list = _tensors(got), _tensors(expected)
+    if len(got_list) != len(expected_list):
+        return None
+    pairs = list(zip(got_list, expected_list, strict=True))
+    if not all(isinstance(g, torch.Tensor) and g.is_floating_point() and g.shape == e.shape for g, e in pairs):
+        return None
+    if any(g.dtype != D for g, _ in pairs):
+        return f"your result is {next(g.dtype for g, _ in pairs if g.dtype != D)}: {_FLOAT64_HINT}"
+    worst = max(((g - e).abs().max() / e.abs().max().clamp(min=1e-300)).item() for g, e in pairs)
+    return f"the formula looks right (relative error {worst:.1e}); {_FLOAT64_HINT}" if worst < 1e-5 else None
+
+
+def _compare(atol: float, rtol: float, hint=None):
+    """describe_difference, plus the float64 hint, plus ``hint(got, expected)`` for an exercise's typical slips."""
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=atol, rtol=rtol)
+        if msg is None:
+            return None
+        extra = _precision_hint(got, expected) or (hint(got, expected) if hint else None)
+        return f"{msg}; {extra}" if extra else msg
+    return compare
 
 
 # ---------------------------------------------------------------- 1. linear
@@ -30,7 +62,7 @@ def check_linear_grads(fn) -> CheckResult:
     g = generator(1)
     cases = [{"grad_out": torch.randn(n, o, generator=g, dtype=D), "x": torch.randn(n, i, generator=g, dtype=D),
               "weight": torch.randn(o, i, generator=g, dtype=D)} for n, i, o in ((4, 3, 5), (1, 2, 2), (7, 6, 3))]
-    return check_function("linear_grads", fn, _ref_linear_grads, cases, atol=1e-10, rtol=1e-9)
+    return check_function("linear_grads", fn, _ref_linear_grads, cases, compare=_compare(1e-10, 1e-9))
 
 
 # ---------------------------------------------------------------- 2. GELU′ (tanh form)
@@ -43,7 +75,7 @@ def check_gelu_tanh_grad(fn) -> CheckResult:
     g = generator(2)
     cases = [{"x": torch.linspace(-6, 6, 49, dtype=D)}, {"x": torch.randn(3, 4, generator=g, dtype=D) * 2},
              {"x": torch.tensor([0.0, -20.0, 20.0], dtype=D)}]
-    return check_function("gelu_tanh_grad", fn, _ref_gelu_tanh_grad, cases, atol=1e-10, rtol=1e-9)
+    return check_function("gelu_tanh_grad", fn, _ref_gelu_tanh_grad, cases, compare=_compare(1e-10, 1e-9))
 
 
 # ---------------------------------------------------------------- 3. softmax + cross-entropy
@@ -57,8 +89,18 @@ def check_softmax_ce_grad(fn) -> CheckResult:
     cases = [{"logits": torch.randn(4, 5, generator=g, dtype=D), "targets": torch.randint(0, 5, (4,), generator=g)},
              {"logits": torch.randn(1, 3, generator=g, dtype=D), "targets": torch.tensor([1])},
              {"logits": torch.tensor([[1000.0, 0.0, -1000.0], [5.0, 800.0, 1.0]], dtype=D),
-              "targets": torch.tensor([1, 1])}]  # huge logits: shift by the max
-    return check_function("softmax_ce_grad", fn, _ref_softmax_ce_grad, cases, atol=1e-10, rtol=1e-9)
+              "targets": torch.tensor([1, 1])},  # huge logits: shift by the max
+             {"logits": torch.tensor([[1000.0, 0.0], [-1000.0, -1001.0]], dtype=D),
+              "targets": torch.tensor([0, 1])}]  # each row by its own max: the tensor's max leaves row 2 at exp(−2000)
+    return check_function("softmax_ce_grad", fn, _ref_softmax_ce_grad, cases,
+                          compare=_compare(1e-10, 1e-9, _softmax_hint))
+
+
+def _softmax_hint(got, expected):
+    if isinstance(got, torch.Tensor) and got.is_floating_point() and not torch.isfinite(got).all():
+        return ("shift each row by its own largest logit (logits.max(-1, keepdim=True)) before exp; one shift for "
+                "the whole tensor still overflows or underflows in some row")
+    return None
 
 
 # ---------------------------------------------------------------- 4. LayerNorm
@@ -77,7 +119,7 @@ def check_layer_norm_grad(fn) -> CheckResult:
               "eps": 0.1},
              {"grad_out": torch.randn(3, 6, generator=g, dtype=D), "x": torch.randn(3, 6, generator=g, dtype=D) * 1e-3,
               "eps": 1e-5}]  # σ² ~ 1e-6 < ε: where ε sits (inside the root or not) changes the answer by O(1)
-    return check_function("layer_norm_grad", fn, _ref_layer_norm_grad, cases, atol=1e-9, rtol=1e-8)
+    return check_function("layer_norm_grad", fn, _ref_layer_norm_grad, cases, compare=_compare(1e-9, 1e-8))
 
 
 # ---------------------------------------------------------------- 5. ReLU
@@ -118,6 +160,41 @@ def check_relu_grad(fn) -> CheckResult:
     return CheckResult("relu_grad", True, f"matches the reference on all {len(xs)} cases")
 
 
+# ---------------------------------------------------------------- 6. the MLP block
+def _ref_mlp_grads(grad_out, x, w1, b1, w2, b2):
+    mlp = MLP(x.shape[-1], w1.shape[0], approximate="tanh").to(D)
+    with torch.no_grad():
+        for param, value in ((mlp.fc.weight, w1), (mlp.fc.bias, b1), (mlp.proj.weight, w2), (mlp.proj.bias, b2)):
+            param.copy_(value)
+    _, cache = mlp.forward_with_cache(x)
+    g = mlp.backward(grad_out, cache)
+    return g["x"], g["fc.weight"], g["fc.bias"], g["proj.weight"], g["proj.bias"]
+
+
+def _mlp_hint(got, expected):
+    if not (isinstance(got, tuple | list) and len(got) == 5 and all(
+            isinstance(g, torch.Tensor) and g.shape == e.shape for g, e in zip(got, expected, strict=True))):
+        return None  # a wrong count or shape: describe_difference has said it
+    ok = [describe_difference(g, e, atol=1e-10, rtol=1e-9) is None for g, e in zip(got, expected, strict=True)]
+    if ok[3] and ok[4] and not all(ok[:3]):
+        return ("∂L/∂W₂ and ∂L/∂b₂ are right, so the slip is below the activation: ∂L/∂h = (G W₂) ⊙ GELU′(h), "
+                "GELU′ (tanh form) at the pre-activation h = x W₁ᵀ + b₁, not at the activation a")
+    if ok[4] and not ok[3]:
+        return "∂L/∂W₂ = Gᵀ a, with a = GELU(h) the activation that enters proj"
+    return None
+
+
+def check_mlp_grads(fn) -> CheckResult:
+    """``fn(grad_out (N, C), x (N, C), w1 (H, C), b1 (H,), w2 (C, H), b2 (C,))`` -> ``(∂L/∂x, ∂L/∂W₁, ∂L/∂b₁,
+    ∂L/∂W₂, ∂L/∂b₂)`` for y = GELU_tanh(x W₁ᵀ + b₁) W₂ᵀ + b₂."""
+    g = generator(6)
+    cases = [{"grad_out": torch.randn(n, c, generator=g, dtype=D), "x": torch.randn(n, c, generator=g, dtype=D),
+              "w1": torch.randn(h, c, generator=g, dtype=D), "b1": torch.randn(h, generator=g, dtype=D),
+              "w2": torch.randn(c, h, generator=g, dtype=D), "b2": torch.randn(c, generator=g, dtype=D)}
+             for n, c, h in ((5, 3, 7), (1, 2, 4), (6, 4, 9))]  # H ≠ C ≠ N: a transpose shows as a wrong shape
+    return check_function("mlp_grads", fn, _ref_mlp_grads, cases, compare=_compare(1e-10, 1e-9, _mlp_hint))
+
+
 EXERCISES = {"linear_grads": check_linear_grads, "gelu_tanh_grad": check_gelu_tanh_grad,
              "softmax_ce_grad": check_softmax_ce_grad, "layer_norm_grad": check_layer_norm_grad,
-             "relu_grad": check_relu_grad}
+             "relu_grad": check_relu_grad, "mlp_grads": check_mlp_grads}
