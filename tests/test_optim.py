@@ -10,6 +10,7 @@ import itertools
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -146,12 +147,46 @@ def test_loads_torch_adamw_state():
 def test_float32_matches_too():
     ours_m, ref_m = tiny_model().float(), tiny_model().float()
     ours = AdamW(ours_m.parameters(), lr=1e-3)
-    ref = torch.optim.AdamW(ref_m.parameters(), lr=1e-3)
+    ref = torch.optim.AdamW(ref_m.parameters(), lr=1e-3, foreach=False)
     for x, y in batches(20):
         train_step(ours_m, ours, x, y)
         train_step(ref_m, ref, x, y)
     for p, q in zip(ours_m.parameters(), ref_m.parameters(), strict=True):
-        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(p, q, atol=0, rtol=0)  # the same float32 operations in the same order
+
+
+@pytest.mark.parametrize(("dtype", "value"), [(torch.float16, 1e4), (torch.float32, 3e19), (torch.float64, 1e160)])
+def test_large_finite_gradient_is_accepted(dtype, value):
+    """Finite entries whose L2 norm overflows (100 × 1e4 in float16) are finite: we step like torch does."""
+    ours_p, ref_p = nn.Parameter(torch.ones(100, dtype=dtype)), nn.Parameter(torch.ones(100, dtype=dtype))
+    ours = AdamW([ours_p], lr=1e-3)
+    ref = torch.optim.AdamW([ref_p], lr=1e-3, foreach=False)
+    for p, opt in ((ours_p, ours), (ref_p, ref)):
+        p.grad = torch.full((100,), value, dtype=dtype)
+        assert not torch.isfinite(torch.linalg.vector_norm(p.grad))  # the L2 norm would have said "non-finite"
+        opt.step()
+    torch.testing.assert_close(ours_p, ref_p, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_half_gradient_raises(dtype, bad):
+    p = nn.Parameter(torch.zeros(5, dtype=dtype))
+    opt = AdamW([p], lr=1e-3)
+    p.grad = torch.tensor([1.0, 2.0, bad, 3.0, 4.0], dtype=dtype)
+    with pytest.raises(ValueError, match="non-finite gradient"):
+        opt.step()
+
+
+@pytest.mark.parametrize("flag", ["maximize", "amsgrad"])
+def test_refuses_a_torch_state_it_would_misread(flag):
+    ref_p, ours_p = nn.Parameter(torch.ones(3)), nn.Parameter(torch.ones(3))
+    ref = torch.optim.AdamW([ref_p], lr=1e-3, **{flag: True})
+    ref_p.grad = torch.ones(3)
+    ref.step()
+    ours = AdamW([ours_p], lr=1e-3)
+    with pytest.raises(ValueError, match=f"{flag}=True"):
+        ours.load_state_dict(ref.state_dict())
 
 
 # ---------------------------------------------------------------- schedule
@@ -255,7 +290,12 @@ def test_bad_schedule(args, match):
         WarmupCosine(*args)
 
 
-@pytest.mark.parametrize("step", [-1, 1.5, True])
+def test_schedule_accepts_numpy_integers():
+    s = WarmupCosine(1e-3, 1e-4, 2, 10)
+    assert s(np.int64(5)) == s(5) and s(np.int32(0)) == s(0)
+
+
+@pytest.mark.parametrize("step", [-1, 1.5, True, np.float64(3.0), np.int64(-1)])
 def test_bad_schedule_step(step):
     with pytest.raises(ValueError, match="step"):
         WarmupCosine(1e-3, 1e-4, 2, 10)(step)

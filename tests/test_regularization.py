@@ -70,3 +70,24 @@ def test_bad_tensor():
         dropout(torch.ones(3, dtype=torch.long), 0.5)
     with pytest.raises(ValueError, match="floating-point tensor"):
         dropout([1.0, 2.0], 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.9, 0.999])
+def test_half_precision_keeps_with_probability_one_minus_p(dtype, p):
+    """The keep decision is drawn in float32: in bfloat16 (grid 2⁻⁸ near 1) p = 0.1 kept 0.898, p = 0.999 nothing."""
+    n = 2_000_000
+    x = torch.full((n,), 2.0, dtype=dtype)
+    out = dropout(x, p, generator=torch.Generator().manual_seed(0))
+    assert out.dtype == dtype
+    kept = out != 0
+    assert abs(kept.double().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
+    # each kept entry is 2/(1 − p) rounded once to dtype (so E[out] = x up to that rounding)
+    expected = torch.tensor(2.0 / (1 - p), dtype=torch.float32).to(dtype)
+    assert torch.equal(out[kept], expected.expand(int(kept.sum())))
+
+
+def test_half_mask_draws_the_same_keep_pattern_as_float32():
+    a = dropout_mask((1000,), 0.3, generator=torch.Generator().manual_seed(2), dtype=torch.bfloat16)
+    b = dropout_mask((1000,), 0.3, generator=torch.Generator().manual_seed(2), dtype=torch.float32)
+    assert torch.equal(a != 0, b != 0)

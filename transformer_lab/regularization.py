@@ -1,7 +1,10 @@
 """Dropout, the regularizer (chapter 3, optimization).
 
 Inverted dropout: in training each entry is kept with probability 1 − p and scaled by 1 / (1 − p), so the
-expected output equals the input, E[dropout(x)] = x; at evaluation it is the identity. It changes *which*
+expected output equals the input, E[dropout(x)] = x; at evaluation it is the identity. The uniform numbers that
+decide "keep" are drawn in float32 at least (float64 for float64 inputs): drawn in bfloat16, whose grid near 1
+is 2⁻⁸, P(keep) would be off by up to 2⁻⁹ and p = 0.999 would keep nothing. In float16/bfloat16 the output
+x/(1 − p) is rounded to x's dtype, so there E[dropout(x)] = x holds up to that rounding. It changes *which*
 function training finds (a regularizer, like weight decay), not *how* the optimizer steps.
 """
 
@@ -16,13 +19,21 @@ def _check_p(p) -> None:
         raise ValueError(f"dropout probability p must lie in [0, 1], got {p!r}")
 
 
+def _draw_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16/bfloat16 (a fine enough uniform grid), else ``dtype`` itself."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def dropout_mask(shape, p: float, *, generator: torch.Generator | None = None, dtype=torch.float32,
                  device=None) -> torch.Tensor:
-    """The scaled keep-mask: entries 1/(1 − p) with probability 1 − p, else 0 (all 0 when p = 1)."""
+    """The scaled keep-mask: entries 1/(1 − p) with probability 1 − p, else 0 (all 0 when p = 1).
+
+    The uniforms are drawn in float32 at least, whatever ``dtype``; in float16/bfloat16 the entry 1/(1 − p) is
+    rounded to ``dtype``."""
     _check_p(p)
     if p == 1.0:
         return torch.zeros(shape, dtype=dtype, device=device)
-    keep = torch.rand(shape, generator=generator, dtype=dtype, device=device) >= p  # P(keep) = 1 − p
+    keep = torch.rand(shape, generator=generator, dtype=_draw_dtype(dtype), device=device) >= p  # P(keep) = 1 − p
     return keep.to(dtype) / (1.0 - p)  # inverted scaling keeps E[mask] = 1
 
 
@@ -35,7 +46,9 @@ def dropout(x: torch.Tensor, p: float, *, training: bool = True,
                          f"{'' if not isinstance(x, torch.Tensor) else ' of dtype ' + str(x.dtype)}")
     if not training or p == 0.0:
         return x
-    return x * dropout_mask(x.shape, p, generator=generator, dtype=x.dtype, device=x.device)  # x ⊙ m / (1 − p)
+    wide = _draw_dtype(x.dtype)  # in float16/bfloat16: x/(1 − p) computed in float32, then rounded once
+    mask = dropout_mask(x.shape, p, generator=generator, dtype=wide, device=x.device)
+    return (x * mask).to(x.dtype)  # x ⊙ keep / (1 − p)
 
 
 class Dropout(nn.Module):
