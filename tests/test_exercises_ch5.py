@@ -40,8 +40,16 @@ def head_entropy(weights):
     return -torch.special.xlogy(weights, weights).sum(dim=-1)
 
 
+def mutual_information(joint):
+    px, py = joint.sum(dim=1), joint.sum(dim=0)  # p(x), p(y)
+    h_y = -torch.special.xlogy(py, py).sum()  # H(Y)
+    h_y_given_x = -(torch.special.xlogy(joint, joint).sum() - torch.special.xlogy(px, px).sum())  # H(X,Y) - H(X)
+    return h_y - h_y_given_x
+
+
 SOLUTIONS = {"cross_entropy_from_logits": cross_entropy_from_logits, "kl_div": kl_div,
-             "bigram_entropy": bigram_entropy, "head_entropy": head_entropy}
+             "mutual_information": mutual_information, "bigram_entropy": bigram_entropy,
+             "head_entropy": head_entropy}
 
 
 # ---------------------------------------------------------------- correct alternatives, in other styles
@@ -67,6 +75,15 @@ def _kl_torch(p, q):
     return F.kl_div(q.log(), p, reduction="none").sum(-1)
 
 
+def _mi_kl(joint):  # KL(p(x, y) ‖ p(x) p(y)), the definition
+    outer = joint.sum(1, keepdim=True) * joint.sum(0, keepdim=True)
+    return torch.where(joint > 0, joint * (joint / outer).log(), torch.zeros_like(joint)).sum()
+
+
+def _mi_symmetric(joint):  # H(X) - H(X | Y): mutual information is symmetric
+    return mutual_information(joint.T)
+
+
 def _bigram_numpy(text):  # H(X_{t-1}, X_t) - H(X_{t-1}) over the same pairs
     pairs = np.array(list(Counter(text[i:i + 2] for i in range(len(text) - 1)).values()), dtype=float)
     firsts = np.array(list(Counter(text[:-1]).values()), dtype=float)
@@ -84,6 +101,10 @@ def _bigram_dicts(text):  # P(b | a) as nested dicts
         total = sum(counts.values())
         h -= sum(c / n * math.log2(c / total) for c in counts.values())
     return h
+
+
+def _bigram_numpy_scalar(text):  # a numpy float64 is a number too
+    return np.float64(bigram_entropy(text))
 
 
 def _head_where(weights):
@@ -110,6 +131,63 @@ def _ce_mean_shift(logits, targets):  # shift by the mean: e^{1000 - 0} still ov
     m = logits.mean(dim=-1, keepdim=True)
     lse = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
     return (lse - logits.gather(-1, targets[:, None]).squeeze(-1)).mean()
+
+
+def _ce_global_max(logits, targets):  # one max for the whole batch: a row far below it underflows
+    m = logits.max()
+    lse = m + torch.log(torch.exp(logits - m).sum(dim=-1))
+    return (lse - logits.gather(-1, targets[:, None]).squeeze(-1)).mean()
+
+
+def _ce_library(logits, targets):
+    return F.cross_entropy(logits, targets)
+
+
+def _ce_logsumexp(logits, targets):
+    return (torch.logsumexp(logits, -1) - logits[torch.arange(len(targets)), targets]).mean()
+
+
+def _mi_conditional(joint):  # returns H(Y | X), not what it removes
+    return mutual_information(joint) * 0 + (-(torch.special.xlogy(joint, joint).sum()
+                                              - torch.special.xlogy(joint.sum(1), joint.sum(1)).sum()))
+
+
+def _mi_unweighted(joint):  # H(Y) minus the plain average of the rows' entropies
+    py = joint.sum(0)
+    rows = joint / joint.sum(1, keepdim=True)
+    return -torch.special.xlogy(py, py).sum() + torch.special.xlogy(rows, rows).sum(1).mean()
+
+
+def _mi_naive_log(joint):  # p log p with p = 0 gives NaN
+    px, py = joint.sum(1), joint.sum(0)
+    return (joint * (joint / (px[:, None] * py[None, :])).log()).sum()
+
+
+def _mi_mixed(joint):  # H(X) - H(Y | X): the marginal of the wrong variable
+    px, py = joint.sum(1), joint.sum(0)
+    h_x, h_y = -torch.special.xlogy(px, px).sum(), -torch.special.xlogy(py, py).sum()
+    return h_x - (h_y - mutual_information(joint))
+
+
+def _bigram_len_text(text):  # N = len(text) instead of the number of pairs
+    return bigram_entropy(text) * (len(text) - 1) / len(text)
+
+
+def _bigram_backwards(text):  # H(X_{t-1} | X_t): conditioned on the second character
+    pairs = Counter(itertools.pairwise(text))
+    second = Counter()
+    for (_, b), c in pairs.items():
+        second[b] += c
+    n = sum(pairs.values())
+    return -sum(c / n * math.log2(c / second[b]) for (_, b), c in pairs.items())
+
+
+def _bigram_per_context_mean(text):  # the contexts' entropies averaged, not weighted by c(a) / N
+    follow = defaultdict(Counter)
+    for a, b in itertools.pairwise(text):
+        follow[a][b] += 1
+    hs = [-sum(c / sum(cs.values()) * math.log2(c / sum(cs.values())) for c in cs.values()) for cs in follow.values()]
+    return sum(hs) / len(hs)
 
 
 def _bigram_joint(text):  # H(X_{t-1}, X_t) instead of the conditional
@@ -144,6 +222,9 @@ CATALOGUE = {
             (lambda logits, targets: cross_entropy_from_logits(logits, targets) / math.log(2), ["in bits"]),
             (_ce_forgot_max_back, ["differs", "case 1"]),
             (_ce_mean_shift, ["case 4", "exp overflowed"]),
+            (_ce_global_max, ["case 5", "underflowed", "its own max"]),
+            (_ce_library, ["values match", "calls cross_entropy"]),
+            (_ce_logsumexp, ["values match", "calls logsumexp"]),
             (lambda logits, targets: (cross_entropy_from_logits(logits[i:i + 1], targets[i:i + 1])
                                       for i in range(len(targets))), ["should be a Tensor", "got generator"]),
             (lambda logits, targets: torch.stack([cross_entropy_from_logits(logits[i:i + 1], targets[i:i + 1])
@@ -154,7 +235,9 @@ CATALOGUE = {
     },
     "kl_div": {
         "wrong": [
-            (lambda p, q: kl_div(q, p), ["differs", "the order of p and q matters"]),
+            (lambda p, q: kl_div(q, p), ["differs", "KL(q ‖ p)", "the order of p and q matters"]),
+            (lambda p, q: kl_div(p, q).float(), ["differs", "torch.float32", "keep the inputs' torch.float64"]),
+            (lambda p, q: (p * torch.log((p + 1e-9) / (q + 1e-9))).sum(-1), ["differs", "eps inside the log"]),
             (lambda p, q: (p * torch.log(p / q)).sum(-1), ["NaN", "case 3", "xlogy"]),
             (lambda p, q: kl_div(p, q) / math.log(2), ["worst at", "in bits"]),
             (lambda p, q: (torch.special.xlogy(p, q) - torch.special.xlogy(p, p)).sum(-1), ["never negative"]),
@@ -164,23 +247,43 @@ CATALOGUE = {
         ],
         "right": [_kl_where, _kl_torch],
     },
+    "mutual_information": {
+        "wrong": [
+            (_mi_conditional, ["differs", "that is H(Y | X)"]),
+            (lambda joint: -mutual_information(joint), ["sign is flipped"]),
+            (lambda joint: mutual_information(joint) / math.log(2), ["in bits"]),
+            (_mi_unweighted, ["weights each row's entropy", "by p(x)"]),
+            (_mi_naive_log, ["NaN", "case 3", "xlogy"]),  # the zeros off the diagonal
+            (lambda joint: -torch.special.xlogy(joint.sum(0), joint.sum(0)).sum(), ["that is H(Y) alone"]),
+            (_mi_mixed, ["differs", "case 1"]),
+        ],
+        "right": [_mi_kl, _mi_symmetric],
+    },
     "bigram_entropy": {
         "wrong": [
-            (_bigram_joint, ["expected 0.000000"]),  # "abababab": b always follows a
+            (_bigram_joint, ["expected 0 (", "joint entropy H(X_{t-1}, X_t)"]),  # "abababab": b always follows a
             (lambda text: bigram_entropy(text) * math.log(2), ["nats", "divide by ln 2"]),
             (_bigram_unigram, ["bits/char"]),
             (lambda text: "1.0", ["should be a number"]),
             (_bigram_circular, ["bits/char", "expected"]),
             (_bigram_all_first_chars, ["bits/char"]),
+            (_bigram_len_text, ["number of pairs, len(text) - 1"]),
+            (_bigram_backwards, ["H(X_{t-1} | X_t)"]),
+            (_bigram_per_context_mean, ["weighted by how often it occurs"]),
+            (lambda text: np.float32(bigram_entropy(text)), ["a float32 keeps about 7 digits",
+                                                             "return a Python float"]),
         ],
-        "right": [_bigram_numpy, _bigram_dicts],
+        "right": [_bigram_numpy, _bigram_dicts, _bigram_numpy_scalar],
     },
     "head_entropy": {
         "wrong": [
             (lambda w: -(w * w.log()).sum(-1), ["NaN", "case 2", "xlogy"]),  # 0 · log 0 on a masked key
             (lambda w: torch.special.xlogy(w, w).sum(-1), ["sign is flipped"]),
             (lambda w: -torch.special.xlogy(w, w).sum(-1) / math.log(2), ["in bits"]),
-            (lambda w: -torch.special.xlogy(w, w).sum(-2), ["case 1", "over the keys, the last dimension"]),  # queries
+            (lambda w: -torch.special.xlogy(w, w).sum(-2), ["case 1", "sums over the queries",
+                                                            "the last dimension"]),
+            (lambda w: -torch.special.xlogy(w, w).sum(-1).float(), ["torch.float32"]),
+            (lambda w: -(w * torch.log(w + 1e-9)).sum(-1), ["differs", "eps inside the log"]),
             (lambda w: -torch.special.xlogy(w, w).mean(-1), ["differs", "1/4 of the answer", "do not average"]),
             (lambda w: -(w * torch.log(w / w.sum(-1, keepdim=True))).nan_to_num(0.0).sum(-1)
              + torch.where(w.sum(-1) == 0, float("nan"), 0.0), ["NaN", "case 4"]),  # NaN on the all-zero row

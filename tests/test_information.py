@@ -169,6 +169,24 @@ def test_perplexity_and_bits():
     assert info.cross_entropy(uniform, torch.arange(10)).item() == pytest.approx(math.log(65))
 
 
+def test_perplexity_and_bits_accept_numpy_scalars():
+    """A loss read off a numpy array is a number too (this raised 'must be a non-negative number' before)."""
+    assert info.perplexity(np.float32(1.0)) == pytest.approx(math.e)
+    assert info.perplexity(np.float64(0.0)) == 1.0
+    assert info.bits_per_char(np.float32(math.log(2))) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        info.perplexity(np.float32(-1.0))
+    with pytest.raises(ValueError, match="non-negative"):
+        info.perplexity("1.0")
+
+
+def test_cross_entropy_plus_inf_logit_differs_from_pytorch_as_documented():
+    """The docstring's one exception: a +inf logit at a non-target position gives inf here, NaN in PyTorch."""
+    z = torch.tensor([[0.0, math.inf, 1.0]], dtype=torch.float64)
+    assert info.cross_entropy(z, torch.tensor([0])).item() == math.inf
+    assert F.cross_entropy(z, torch.tensor([0])).isnan()
+
+
 def test_attention_entropy():
     w = torch.softmax(torch.randn(2, 4, 5, 5, dtype=torch.float64).masked_fill(
         ~torch.ones(5, 5, dtype=torch.bool).tril(), -math.inf), dim=-1)  # (B, h, T, T) causal
@@ -238,6 +256,17 @@ def test_ngram_cross_entropy_and_plug_in_entropy():
     assert unseen > info.ngram_cross_entropy(train, "abc", 1)
     plug_in = [info.ngram_entropy(train, n) for n in (1, 2, 3)]
     assert plug_in[0] >= plug_in[1] >= plug_in[2]
+
+
+def test_ngram_counts_by_hand():
+    """c(h x) and c(h) in the training text for every bigram of the test text, counted by hand."""
+    c_hx, c_h, V = info.ngram_counts("abab", "abz", 2)  # train bigrams ab, ba, ab; contexts a, b, a
+    assert V == 3  # a, b, z
+    assert c_hx.tolist() == [2, 0]  # c(ab) = 2, c(bz) = 0
+    assert c_h.tolist() == [2, 1]  # a starts two training bigrams, b one
+    alpha = 0.5  # the add-α model built from these counts
+    want = -(math.log2((2 + alpha) / (2 + 3 * alpha)) + math.log2((0 + alpha) / (1 + 3 * alpha))) / 2
+    assert info.ngram_cross_entropy("abab", "abz", 2, alpha=alpha) == pytest.approx(want, abs=1e-15)
 
 
 # ---------------------------------------------------------------- bad input
@@ -351,6 +380,15 @@ def test_kneser_ney_hand_computation():
     assert m.cross_entropy("abca") == pytest.approx(expected, abs=1e-15)
     assert info.ngram_baselines("abcab", (2,), held_out="abca", discount=0.5)[2] == pytest.approx(expected,
                                                                                                     abs=1e-15)
+
+
+def test_kneser_ney_estimates_ney_discount_by_hand():
+    """D_k = n1 / (n1 + 2 n2) from each level's counts of counts; 0.5 where a level has no counts 1 or 2."""
+    m = info.KneserNey("aaabab", 2)  # bigrams aa ×2, ab ×2, ba ×1: n1 = 1, n2 = 2 -> D_2 = 1/5
+    assert m.levels[1][-1] == pytest.approx(1 / 5, abs=1e-15)
+    # level 1, continuation counts N1+(• x): a is preceded by a and b (2), b by a (1): n1 = 1, n2 = 1 -> D_1 = 1/3
+    assert m.levels[0][-1] == pytest.approx(1 / 3, abs=1e-15)
+    assert info.KneserNey("aaaaaaa", 1).levels[0][-1] == 0.5  # one unigram seen 7 times: n1 = n2 = 0
 
 
 def test_kneser_ney_matches_plain_python_formula():

@@ -6,8 +6,11 @@ dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 * ``entropy(p)``                      H(p)     = -Σ_i p_i log p_i
 * ``distribution_cross_entropy(p, q)`` H(p, q) = -Σ_i p_i log q_i  = H(p) + KL(p ‖ q)
 * ``kl_divergence(p, q)``             KL(p‖q)  =  Σ_i p_i log(p_i / q_i) ≥ 0   (Gibbs' inequality)
+* ``mutual_information(joint)``       I(X; Y)  = KL(p(x, y) ‖ p(x) p(y)) = H(Y) - H(Y | X)
 * ``cross_entropy(logits, targets)``  the training loss: mean over tokens of  log Σ_j e^{z_j} - z_y
 * ``ngram_entropy(text, n)``          plug-in H(X_t | X_{t-n+1} … X_{t-1}) of a text's characters, bits per character
+* ``ngram_counts(train, test, n)``    c(h x) and c(h) in ``train`` for every n-gram h x of ``test``
+* ``ngram_cross_entropy(train, test, n, alpha=…)``  held-out bits/char of an add-α smoothed n-gram model
 * ``ngram_baselines(text, orders, held_out=…)``  held-out nats/char of interpolated Kneser–Ney n-gram models
   (:class:`KneserNey`): the baselines a language model should beat
 """
@@ -15,6 +18,7 @@ dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -79,6 +83,15 @@ def kl_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tens
     return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(dim=dim)  # Σ p log p - Σ p log q
 
 
+def mutual_information(joint: torch.Tensor) -> torch.Tensor:
+    """Mutual information in nats of a joint table P(X = i, Y = j): I(X; Y) = KL(p(x, y) ‖ p(x) p(y))
+    = H(Y) - H(Y | X) ≥ 0.  (n_x, n_y) -> scalar."""
+    if not isinstance(joint, torch.Tensor) or joint.dim() != 2:
+        raise ValueError("joint must be a tensor of shape (n_x, n_y) holding P(X = i, Y = j)")
+    independent = joint.sum(1, keepdim=True) * joint.sum(0, keepdim=True)  # p(x) p(y)   (n_x, n_y)
+    return kl_divergence(joint.flatten(), independent.flatten())  # checks that the table sums to 1
+
+
 # ---------------------------------------------------------------- the training loss
 def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """Stable log-softmax on the last dim: log softmax(z)_i = z_i - LSE(z), LSE from chapter 7's ``logsumexp``."""
@@ -92,7 +105,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     logits (N, V) or (B, T, V); targets (N,) or (B, T) integer class ids in [0, V) or ``ignore_index`` (those
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
     or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits; a -inf logit at the target
-    gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it.
+    gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it for logits
+    in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there).
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")
@@ -129,7 +143,7 @@ def perplexity(loss) -> torch.Tensor | float:
         if (loss < 0).any():
             raise ValueError("a cross-entropy loss is >= 0; got a negative value")
         return torch.exp(loss)  # PPL = e^L
-    if not isinstance(loss, int | float) or loss < 0:
+    if not isinstance(loss, numbers.Real) or loss < 0:  # numbers.Real: int, float, numpy scalars
         raise ValueError(f"loss must be a non-negative number or tensor, got {loss!r}")
     return math.exp(loss)
 
@@ -144,7 +158,7 @@ def bits_per_char(loss_nats, *, chars_per_token: float = 1.0) -> torch.Tensor | 
     if isinstance(loss_nats, torch.Tensor):
         if (loss_nats < 0).any():
             raise ValueError("a cross-entropy loss is >= 0; got a negative value")
-    elif not isinstance(loss_nats, int | float) or loss_nats < 0:
+    elif not isinstance(loss_nats, numbers.Real) or loss_nats < 0:
         raise ValueError(f"loss_nats must be a non-negative number or tensor, got {loss_nats!r}")
     return loss_nats / (LN2 * chars_per_token)  # bits = nats / ln 2
 
@@ -188,11 +202,7 @@ def _codes(text: str, n: int, alphabet: str | None = None) -> tuple[np.ndarray, 
     ids = lut[points]  # (N,) character ids in [0, V)
     if (ids < 0).any():
         raise ValueError("text holds characters that are not in the alphabet")
-    L = len(ids) - n + 1
-    code = np.zeros(L, dtype=np.int64)
-    for j in range(n):
-        code = code * V + ids[j:j + L]  # code = Σ_j ids[t+j] V^{n-1-j}
-    return code, V
+    return _gram_codes(ids, n, V), V
 
 
 def ngram_entropy(text: str, n: int) -> float:
@@ -201,8 +211,8 @@ def ngram_entropy(text: str, n: int) -> float:
     The maximum-likelihood ("plug-in") estimate on ``text`` itself: the cross-entropy, on the same text, of the
     best n-gram model fitted to it. n = 1 is the unigram entropy H(X). The text is read as a circle (the last
     n-1 characters are followed by the first ones), so every order counts the same positions and the result is
-    non-increasing in n. It is optimistic, increasingly so for large n (the model is scored on the n-grams it
-    counted); compare :func:`ngram_baselines` on held-out text.
+    non-increasing in n. As an estimate of the text's H_n it is biased low (optimistic), increasingly so for large n
+    (the model is scored on the n-grams it counted); compare :func:`ngram_baselines` on held-out text.
     """
     _check_ngram_args(text, n)
     code, V = _codes(text + text[:n - 1], n)  # wrap around: every order counts the same len(text) positions
@@ -213,28 +223,33 @@ def ngram_entropy(text: str, n: int) -> float:
     return float(-(counts / N * np.log2(counts / ctx_counts[ctx_inv])).sum())  # -Σ P(ctx,x) log2 P(x|ctx)
 
 
-def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) -> float:
-    """Bits per character of an add-``alpha`` smoothed character n-gram model fitted on ``train``, on ``test``.
+def ngram_counts(train: str, test: str, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """For every n-gram h x of ``test`` (h its n-1 character context): its count c(h x) in ``train`` and the count
+    c(h) of h there, as the first n-1 characters of an n-gram.  -> c_hx (len(test)-n+1,), c_h (same), V.
 
-    P(x | ctx) = (c(ctx, x) + α) / (c(ctx) + α V), V the characters of train and test together: an honest,
-    held-out number, but without back-off to shorter contexts it gets worse as n grows and contexts become rare;
-    :func:`ngram_baselines` (Kneser–Ney) is the better baseline.
+    V is the number of distinct characters of train and test together.
     """
-    if not alpha > 0:
-        raise ValueError(f"alpha must be > 0 (unsmoothed models give unseen characters probability 0), got {alpha}")
-    alphabet = "".join(sorted(set(train) | set(test if isinstance(test, str) else "")))
+    _check_ngram_args(test, n)
+    alphabet = "".join(sorted(set(train) | set(test)))
     tr, V = _codes(train, n, alphabet)
     te, _ = _codes(test, n, alphabet)
     grams, counts = np.unique(tr, return_counts=True)
     ctxs, ctx_counts = np.unique(tr // V, return_counts=True)
+    return _lookup(te, grams, counts), _lookup(te // V, ctxs, ctx_counts), V  # c(h x), c(h) per test n-gram
 
-    def lookup(keys, table, values):
-        i = np.clip(np.searchsorted(table, keys), 0, len(table) - 1)
-        return np.where(table[i] == keys, values[i], 0)
 
-    c_xy = lookup(te, grams, counts)  # c(ctx, x) for each test position
-    c_x = lookup(te // V, ctxs, ctx_counts)  # c(ctx)
-    return float(-np.log2((c_xy + alpha) / (c_x + alpha * V)).mean())
+def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) -> float:
+    """Bits per character of an add-``alpha`` smoothed character n-gram model fitted on ``train``, on ``test``.
+
+    P(x | h) = (c(h x) + α) / (c(h) + α V) (counts from :func:`ngram_counts`), V the characters of train and test
+    together, averaged over the n-grams of ``test``: an honest, held-out number, but without back-off to shorter
+    contexts it gets worse as n grows and contexts become rare; :func:`ngram_baselines` (Kneser–Ney) is the
+    better baseline.
+    """
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0 (unsmoothed models give unseen characters probability 0), got {alpha}")
+    c_hx, c_h, V = ngram_counts(train, test, n)
+    return float(-np.log2((c_hx + alpha) / (c_h + alpha * V)).mean())
 
 
 # ---------------------------------------------------------------- a properly smoothed n-gram baseline
@@ -269,8 +284,9 @@ class KneserNey:
     """Interpolated Kneser–Ney character n-gram model of order ``n`` fitted on ``text``.
 
     Level k = n uses counts a(h x) = c(h x); the lower levels k < n use continuation counts a(h x) = N₁₊(• h x),
-    the number of distinct characters seen before h x. With D_k the level's discount (Ney's estimate
-    n₁ / (n₁ + 2 n₂) from its counts of counts unless ``discount`` is given) and P₀(x) = 1/V,
+    the number of distinct characters seen before h x. With D_k the level's discount (unless ``discount`` is given,
+    Ney's estimate n₁ / (n₁ + 2 n₂) from the level's numbers n₁, n₂ of counts equal to 1 and 2, or 0.5 where
+    n₁ = n₂ = 0; clamped to [1e-6, 1 - 1e-6]) and P₀(x) = 1/V,
 
         P_k(x | h) = [max(a(h x) − D_k, 0) + D_k · N₁₊(h •) · P_{k−1}(x | h')] / a(h •)     (h' = h without its
                                                                                            first character)

@@ -2,14 +2,21 @@
 
 * ``cross_entropy_from_logits(logits, targets)`` — the mean loss in nats, stable for huge logits
 * ``kl_div(p, q)`` — KL(p ‖ q) along the last dimension, 0 where p is 0
+* ``mutual_information(joint)`` — I(X; Y) = H(Y) - H(Y | X) in nats from a joint table P(X = i, Y = j)
 * ``bigram_entropy(text)`` — H(X_t | X_{t-1}) of a text's characters in bits per character
 * ``head_entropy(weights)`` — the entropy of each attention row in nats, 0 for a fully masked (all-zero) row
+
+A hint is added to a "differs" message only when its condition holds: the answer equals what the typical slip
+computes on that case (the slips are computed from the case's inputs), or is within 0.1 % of the answer.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
+import numbers
+import re
 from collections import Counter
 
 import torch
@@ -17,6 +24,34 @@ import torch
 from transformer_lab import information as info
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
+
+_CLOSE = " — close but not exact: did you add an eps inside the log? torch.special.xlogy makes 0 · log 0 = 0 exactly"
+
+
+def _slip_hint(got, slips) -> str:
+    """The hint of the first ``(value, hint)`` in ``slips`` that ``got`` equals (float64, rtol 1e-9), else ''."""
+    if not isinstance(got, torch.Tensor) or not got.is_floating_point():
+        return ""
+    got = got.detach().to(torch.float64)
+    for value, hint in slips:
+        if got.shape == value.shape and torch.allclose(got, value, rtol=1e-9, atol=1e-12, equal_nan=False):
+            return hint
+    return ""
+
+
+def _close_hint(got, expected) -> str:
+    """A dtype hint when ``got`` is not in ``expected``'s dtype; :data:`_CLOSE` when every entry is within 0.1 %
+    (or 1e-6) of ``expected``; else ''."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not got.is_floating_point():
+        return ""
+    if got.dtype != expected.dtype:
+        return f" — the result is {got.dtype}: keep the inputs' {expected.dtype} (no .float(), no float32 constants)"
+    return _CLOSE if torch.allclose(got.detach().to(torch.float64), expected, rtol=1e-3, atol=1e-6) else ""
+
+
+def _case_index(expected, expecteds) -> int:
+    """Which case ``expected`` belongs to (the checker's compare sees only the two values)."""
+    return next(i for i, e in enumerate(expecteds) if e.shape == expected.shape and torch.equal(e, expected))
 
 
 # ---------------------------------------------------------------- 1. cross-entropy from logits
@@ -29,6 +64,9 @@ def _scalar_hint(got, expected, *, quantity: str) -> str:
     if not isinstance(got, torch.Tensor) or got.numel() != 1 or not isinstance(expected, torch.Tensor):
         return ""
     g, e = float(got), float(expected)
+    if g == -math.inf:
+        return (" — a row's exponentials all underflowed to 0 (log 0 = -inf): shift each row by its own max, "
+                "not by one max over the whole batch")
     if not math.isfinite(g):
         return " — exp overflowed: subtract each row's max before exponentiating, and add it back after the log"
     if abs(g + e) <= 1e-6 * max(1.0, abs(e)):
@@ -59,8 +97,28 @@ def check_cross_entropy_from_logits(fn) -> CheckResult:
          "targets": torch.randint(0, 65, (16,), generator=g)},
         {"logits": torch.tensor([[1000.0, 0.0, -1000.0], [0.0, 800.0, 1.0]], dtype=torch.float64),
          "targets": torch.tensor([1, 2])},  # huge logits: exp overflows unless you shift by the max
+        {"logits": torch.tensor([[1000.0, 0.0, -1000.0], [-1000.0, -1001.0, -999.0]], dtype=torch.float64),
+         "targets": torch.tensor([1, 2])},  # rows far apart: one max for the whole batch underflows row 2
     ]
-    return check_function("cross_entropy_from_logits", fn, _ref_cross_entropy, cases, compare=_compare_ce)
+    result = check_function("cross_entropy_from_logits", fn, _ref_cross_entropy, cases, compare=_compare_ce)
+    called = _forbidden_calls(fn)
+    if result.passed and called:
+        return CheckResult(result.name, False, f"the values match, but the function calls {', '.join(called)}: "
+                                               "write the log-sum-exp shift yourself (max, exp, sum, log)")
+    return result
+
+
+_FORBIDDEN = re.compile(r"\b(cross_entropy|logsumexp|log_softmax|nll_loss)\s*\(")
+
+
+def _forbidden_calls(fn) -> list[str]:
+    """The library loss functions that ``fn``'s source calls (comments ignored); [] where no source is available."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):  # a builtin, or a function made by exec
+        return []
+    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
+    return sorted({m[1] for m in _FORBIDDEN.finditer(code)})
 
 
 # ---------------------------------------------------------------- 2. KL divergence
@@ -68,26 +126,35 @@ def _ref_kl(p, q):
     return info.kl_divergence(p, q)
 
 
-def _compare_kl(got, expected):
-    msg = describe_difference(got, expected, atol=1e-10, rtol=1e-9)
-    if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return msg
-    if (got < -1e-12).any():
-        return msg + " — a KL divergence is never negative (Gibbs' inequality): is the ratio p/q upside down?"
-    if torch.isnan(got).any():
-        return msg + " — 0 · log 0 gave NaN: use torch.special.xlogy, which makes 0 · log(0) = 0"
-    if torch.allclose(got, expected / math.log(2), rtol=1e-9, atol=1e-12):
-        return msg + " — that is in bits (log base 2); use the natural log for nats"
-    return msg + (_average_hint(got, expected)
-                  or " — KL(p ‖ q) = Σ p log(p / q): the weights are p, and the order of p and q matters")
+def _kl_slips(p, q, expected) -> list:
+    """What the typical slips compute on one case, each with its hint."""
+    return [(info.kl_divergence(q, p), " — that is KL(q ‖ p): the weights are p, Σ p log(p / q), and the order "
+                                       "of p and q matters"),
+            (expected / math.log(2), " — that is in bits (log base 2); use the natural log for nats"),
+            (-expected, " — a KL divergence is never negative (Gibbs' inequality): is the ratio p/q upside down?")]
+
+
+def _compare_kl_with(slips: list):
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-10, rtol=1e-9)
+        if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        if torch.isnan(got).any():
+            return msg + " — 0 · log 0 gave NaN: use torch.special.xlogy, which makes 0 · log(0) = 0"
+        case = slips[_case_index(expected, [e for e, _ in slips])][1]
+        hint = _slip_hint(got, case) or _average_hint(got, expected) or _close_hint(got, expected)
+        if not hint and (got < -1e-12).any():
+            hint = " — a KL divergence is never negative (Gibbs' inequality)"
+        return msg + hint
+    return compare
 
 
 def _average_hint(got: torch.Tensor, expected: torch.Tensor) -> str:
     """' — … averaged' when got = expected / k for one integer k > 1 (a mean over k entries instead of a sum)."""
     nonzero = expected.abs() > 1e-12
-    if not nonzero.any():
+    if not nonzero.any() or not got.is_floating_point():
         return ""
-    k = expected[nonzero] / got[nonzero]
+    k = expected[nonzero] / got.detach().to(torch.float64)[nonzero]
     k0 = k.flatten()[0].item()
     if k0 > 1.5 and abs(k0 - round(k0)) < 1e-6 and torch.allclose(k, torch.full_like(k, k0), rtol=1e-9):
         return f" — that is 1/{round(k0)} of the answer: sum over the last dimension, do not average"
@@ -106,10 +173,57 @@ def check_kl_div(fn) -> CheckResult:
          "q": torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)},  # zeros in p
         {"p": torch.tensor([0.9, 0.1], dtype=torch.float64), "q": torch.tensor([0.1, 0.9], dtype=torch.float64)},
     ]
-    return check_function("kl_div", fn, _ref_kl, cases, compare=_compare_kl)
+    slips = [(e := _ref_kl(**c), _kl_slips(c["p"], c["q"], e)) for c in cases]
+    return check_function("kl_div", fn, _ref_kl, cases, compare=_compare_kl_with(slips))
 
 
-# ---------------------------------------------------------------- 3. bigram conditional entropy
+# ---------------------------------------------------------------- 3. mutual information from a joint table
+def _ref_mutual_information(joint):
+    return info.mutual_information(joint)
+
+
+def _mi_slips(joint, expected) -> list:
+    """What the typical slips compute on one joint table, each with its hint."""
+    px, py = joint.sum(1), joint.sum(0)
+    h_y = info.entropy(py)
+    h_y_given_x = h_y - expected
+    rows = torch.where(px[:, None] > 0, joint / px[:, None].clamp_min(1e-300), 0.0)  # p(y | x)
+    unweighted = -torch.special.xlogy(rows, rows).sum(1)[px > 0].mean()  # rows' entropies, not weighted by p(x)
+    return [(h_y_given_x, " — that is H(Y | X); the information is what it removes, H(Y) - H(Y | X)"),
+            (h_y, " — that is H(Y) alone; subtract H(Y | X)"),
+            (-expected, " — the sign is flipped: H(Y) - H(Y | X) is ≥ 0"),
+            (expected / math.log(2), " — that is in bits (log base 2); use the natural log for nats"),
+            (h_y - unweighted, " — H(Y | X) weights each row's entropy H(Y | X = x) by p(x); you averaged the rows")]
+
+
+def _compare_mi_with(slips: list):
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-10, rtol=1e-9)
+        if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        if torch.isnan(got).any():
+            return msg + " — 0 · log 0 gave NaN (a cell of probability 0): use torch.special.xlogy"
+        case = slips[_case_index(expected, [e for e, _ in slips])][1]
+        return msg + (_slip_hint(got, case) or _close_hint(got, expected))
+    return compare
+
+
+def check_mutual_information(fn) -> CheckResult:
+    """``fn(joint (n_x, n_y)) -> scalar``: I(X; Y) = H(Y) - H(Y | X) in nats, with 0 · log 0 = 0."""
+    g = generator(8)
+    with_zeros = torch.tensor([[0.3, 0.0, 0.1], [0.0, 0.2, 0.0], [0.1, 0.1, 0.2]], dtype=torch.float64)
+    cases = [
+        {"joint": torch.softmax(torch.randn(12, generator=g, dtype=torch.float64) * 2, 0).view(3, 4)},
+        {"joint": torch.tensor([[0.1, 0.3], [0.15, 0.45]], dtype=torch.float64)},  # independent: I = 0
+        {"joint": torch.diag(torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64))},  # Y = X: I = H(X)
+        {"joint": with_zeros},  # zero cells: 0 · log 0 = 0
+        {"joint": torch.softmax(torch.randn(10, generator=g, dtype=torch.float64), 0).view(2, 5)},  # n_x != n_y
+    ]
+    slips = [(e := _ref_mutual_information(**c), _mi_slips(c["joint"], e)) for c in cases]
+    return check_function("mutual_information", fn, _ref_mutual_information, cases, compare=_compare_mi_with(slips))
+
+
+# ---------------------------------------------------------------- 4. bigram conditional entropy
 def _ref_bigram_entropy(text):
     pairs = Counter(itertools.pairwise(text))  # c(a, b) over t = 1 … len-1
     first = Counter()
@@ -119,16 +233,44 @@ def _ref_bigram_entropy(text):
     return 0.0 - sum(c / N * math.log2(c / first[a]) for (a, _), c in pairs.items())  # 0.0 -: no -0.0
 
 
-def _compare_float(got, expected):
-    if not isinstance(got, int | float) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
-        return f"output should be a number (bits per character), got {type(got).__name__}"
-    got = float(got)
-    if abs(got - expected) > 1e-9:
-        hint = ""
-        if abs(got - expected * math.log(2)) < 1e-6:
-            hint = " — that is the answer in nats; divide by ln 2"
-        return f"got {got:.6f} bits/char, expected {expected:.6f} (|diff| = {abs(got - expected):.3g}){hint}"
-    return None
+def _bigram_slips(text) -> list:
+    """What the typical slips compute on one text, each with its hint."""
+    pairs = Counter(itertools.pairwise(text))
+    N, H = sum(pairs.values()), _ref_bigram_entropy(text)
+    first, second, follow = Counter(), Counter(), {}
+    for (a, b), c in pairs.items():
+        first[a] += c
+        second[b] += c
+        follow.setdefault(a, []).append(c)
+    backwards = -sum(c / N * math.log2(c / second[b]) for (_, b), c in pairs.items())  # H(X_{t-1} | X_t)
+    per_context = sum(-sum(c / sum(cs) * math.log2(c / sum(cs)) for c in cs) for cs in follow.values()) / len(follow)
+    joint = -sum(c / N * math.log2(c / N) for c in pairs.values())  # H(X_{t-1}, X_t)
+    return [(H * math.log(2), " — that is the answer in nats; divide by ln 2"),
+            (joint, " — that is the joint entropy H(X_{t-1}, X_t); inside the log use c(a, b) / c(a), P(b | a)"),
+            (H * N / len(text), " — N is the number of pairs, len(text) - 1, not len(text)"),
+            (backwards, " — that is H(X_{t-1} | X_t): condition on the first character of each pair, c(a) = Σ_b "
+                        "c(a, b)"),
+            (per_context, " — each context's entropy must be weighted by how often it occurs, c(a) / N, not "
+                          "averaged over the contexts")]
+
+
+def _compare_float_with(slips: list):
+    def compare(got, expected):
+        if isinstance(got, bool) or not (isinstance(got, numbers.Real)
+                                         or (isinstance(got, torch.Tensor) and got.numel() == 1)):
+            return f"output should be a number (bits per character), got {type(got).__name__}"
+        kind = str(got.dtype).removeprefix("torch.") if isinstance(got, torch.Tensor) else type(got).__name__
+        got = float(got)
+        if abs(got - expected) > 1e-9:
+            case = slips[[e for e, _ in slips].index(expected)][1]
+            hint = next((h for v, h in case if abs(got - v) <= 1e-9 * max(1.0, abs(v))), "")
+            if not hint and kind in ("float32", "float16", "bfloat16"):
+                hint = f" — a {kind} keeps about 7 digits: return a Python float (float64)"
+            if not hint and abs(got - expected) <= 1e-3 * abs(expected):
+                hint = " — close but not exact: count the pairs exactly, with no smoothing or eps"
+            return f"got {got:.9g} bits/char, expected {expected:.9g} (|diff| = {abs(got - expected):.3g}){hint}"
+        return None
+    return compare
 
 
 def check_bigram_entropy(fn) -> CheckResult:
@@ -139,25 +281,33 @@ def check_bigram_entropy(fn) -> CheckResult:
         {"text": "to be, or not to be, that is the question"},
         {"text": "the cat sat on the mat; the dog sat on the log. " * 5},
     ]
-    return check_function("bigram_entropy", fn, _ref_bigram_entropy, cases, compare=_compare_float)
+    slips = [(_ref_bigram_entropy(**c), _bigram_slips(c["text"])) for c in cases]
+    return check_function("bigram_entropy", fn, _ref_bigram_entropy, cases, compare=_compare_float_with(slips))
 
 
-# ---------------------------------------------------------------- 4. entropy of attention rows
+# ---------------------------------------------------------------- 5. entropy of attention rows
 def _ref_head_entropy(weights):
     return info.attention_entropy(weights)
 
 
-def _compare_head_entropy(got, expected):
-    msg = describe_difference(got, expected, atol=1e-10, rtol=1e-9)
-    if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return msg
-    if torch.isnan(got).any():
-        return msg + " — 0 · log 0 gave NaN (a masked key, or a fully masked row): use torch.special.xlogy"
-    if (got < -1e-12).any():
-        return msg + " — the sign is flipped: H = -Σ w log w is ≥ 0"
-    if torch.allclose(got, expected / math.log(2), rtol=1e-9, atol=1e-12):
-        return msg + " — that is in bits (log base 2); use the natural log for nats"
-    return msg + (_average_hint(got, expected) or " — sum -w log w over the keys, the last dimension")
+def _head_slips(weights, expected) -> list:
+    """What the typical slips compute on one case, each with its hint."""
+    return [(-expected, " — the sign is flipped: H = -Σ w log w is ≥ 0"),
+            (expected / math.log(2), " — that is in bits (log base 2); use the natural log for nats"),
+            (-torch.special.xlogy(weights, weights).sum(-2), " — that sums over the queries; sum -w log w over the "
+                                                              "keys, the last dimension")]
+
+
+def _compare_head_entropy_with(slips: list):
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-10, rtol=1e-9)
+        if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        if torch.isnan(got).any():
+            return msg + " — 0 · log 0 gave NaN (a masked key, or a fully masked row): use torch.special.xlogy"
+        case = slips[_case_index(expected, [e for e, _ in slips])][1]
+        return msg + (_slip_hint(got, case) or _average_hint(got, expected) or _close_hint(got, expected))
+    return compare
 
 
 def check_head_entropy(fn) -> CheckResult:
@@ -174,12 +324,14 @@ def check_head_entropy(fn) -> CheckResult:
         {"weights": torch.softmax(torch.randn(3, 2, 6, 5, generator=g, dtype=torch.float64) * 2, -1)},  # T_q != T_k
         {"weights": scaled_dot_product_attention(query=q, key=k, value=k, mask=no_key)[1]},  # a fully masked row
     ]
-    return check_function("head_entropy", fn, _ref_head_entropy, cases, compare=_compare_head_entropy)
+    slips = [(e := _ref_head_entropy(**c), _head_slips(c["weights"], e)) for c in cases]
+    return check_function("head_entropy", fn, _ref_head_entropy, cases, compare=_compare_head_entropy_with(slips))
 
 
 EXERCISES = {
     "cross_entropy_from_logits": check_cross_entropy_from_logits,
     "kl_div": check_kl_div,
+    "mutual_information": check_mutual_information,
     "bigram_entropy": check_bigram_entropy,
     "head_entropy": check_head_entropy,
 }
