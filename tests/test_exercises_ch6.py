@@ -47,6 +47,10 @@ def kv_causal_mask(T, T_k):
     return torch.ones(T, T_k, dtype=torch.bool).tril(diagonal=T_k - T)
 
 
+def kv_pair_count(T, T_k):
+    return T * (T_k - T) + T * (T + 1) // 2
+
+
 def alibi(T, n_head, first_h=1, slopes_for=None):
     H = n_head if slopes_for is None else slopes_for
     m = 2.0 ** (-8 * torch.arange(first_h, first_h + n_head, dtype=torch.float64) / H)  # m_h = 2^{-8h/H}
@@ -142,6 +146,34 @@ def _mask_future(T, T_k):  # True where masked: the complement
     return ~kv_causal_mask(T, T_k)
 
 
+def _mask_numpy_float(T, T_k):  # a NumPy mask is fine, but it must be bool
+    return np.tri(T, T_k, T_k - T)
+
+
+def _count_all_pairs(T, T_k):
+    return T * T_k
+
+
+def _count_no_cache(T, T_k):
+    return T * (T + 1) // 2
+
+
+def _count_strict(T, T_k):
+    return T * (T_k - T) + T * (T - 1) // 2
+
+
+def _count_all_queries(T, T_k):
+    return T_k * (T_k + 1) // 2
+
+
+def _count_float(T, T_k):
+    return T * (T_k - T) + T * (T + 1) / 2
+
+
+def _count_tensor(T, T_k):  # the mask's sum is a 0-d tensor, not an int
+    return kv_causal_mask(T, T_k).sum()
+
+
 def _alibi_abs(T, n_head):  # -m·|j - i|: right below the diagonal, wrong above it
     return -alibi(T, n_head).abs()
 
@@ -204,12 +236,39 @@ def _rope_matrices(x):
     return out
 
 
+def _rope_float32_llama(x):  # LLaMA / Hugging Face: inv_freq and the angles in float32, torch.polar
+    T, d = x.shape
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    cis = torch.polar(torch.ones(T, d // 2), torch.outer(torch.arange(T).float(), inv_freq))
+    z = torch.view_as_complex(x.float().reshape(T, d // 2, 2).contiguous()) * cis
+    return torch.view_as_real(z).reshape(T, d).to(x.dtype)
+
+
+def _rot_float32_angles(k, d_model):
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2).float() / d_model))
+    c, s = torch.cos(k * inv_freq).double(), torch.sin(k * inv_freq).double()
+    blocks = [torch.stack((torch.stack((ci, si)), torch.stack((-si, ci)))) for ci, si in zip(c, s, strict=True)]
+    return torch.block_diag(*blocks)
+
+
 def _mask_loops(T, T_k):
     return torch.tensor([[j <= T_k - T + i for j in range(T_k)] for i in range(T)], dtype=torch.bool)
 
 
 def _mask_numpy(T, T_k):
     return torch.from_numpy(np.tri(T, T_k, T_k - T, dtype=bool))
+
+
+def _mask_numpy_bool(T, T_k):
+    return np.tri(T, T_k, T_k - T, dtype=bool)
+
+
+def _count_loop(T, T_k):
+    return sum(min(T_k, T_k - T + i + 1) for i in range(T))
+
+
+def _count_from_mask(T, T_k):
+    return int(np.tri(T, T_k, T_k - T, dtype=bool).sum())
 
 
 def _alibi_loops(T, n_head):
@@ -236,17 +295,26 @@ CATALOGUE = {
     "rotation_for_offset": {
         "wrong": [(_rot_transposed, ["differs"]), (_rot_one_frequency, ["case 2"]),  # d = 2 has only ω_0 = 1
                   (_rot_exponent_i_over_d, ["case 2", "differs"]), (_rot_pe_ratio, ["differs"])],
-        "right": [_rot_block_diag, _rot_solved],
+        "right": [_rot_block_diag, _rot_solved, _rot_float32_angles],
     },
     "rope": {
         "wrong": [(_rope_clockwise, ["differs"]), (_rope_from_1, ["differs", "case 1"]),
                   (_rope_half_split, ["case 2"]), (_rope_one_frequency, ["case 2", "differs"])],
-        "right": [_rope_complex, _rope_matrices],
+        "right": [_rope_complex, _rope_matrices, _rope_float32_llama],
     },
     "kv_causal_mask": {
         "wrong": [(_mask_no_offset, ["case 2", "entries"]), (_mask_float, ["bool"]), (_mask_square, ["shape"]),
-                  (_mask_strict, ["case 1", "entries"]), (_mask_future, ["entries"])],
-        "right": [_mask_loops, _mask_numpy],
+                  (_mask_strict, ["case 1", "entries"]), (_mask_future, ["entries"]),
+                  (_mask_numpy_float, ["dtype bool", "float64"])],
+        "right": [_mask_loops, _mask_numpy, _mask_numpy_bool],
+    },
+    "kv_pair_count": {
+        "wrong": [(_count_all_pairs, ["the count is 9, expected 6", "every (query, key) pair"]),
+                  (_count_no_cache, ["expected 9", "without a cache"]),
+                  (_count_strict, ["the count is 0, expected 1", "its own key"]),
+                  (_count_all_queries, ["only the last T are new"]),
+                  (_count_float, ["must be an int"]), (_count_tensor, ["must be an int", "Tensor"])],
+        "right": [_count_loop, _count_from_mask],
     },
     "alibi": {
         "wrong": [(lambda T, n_head: -alibi(T, n_head), ["sign is flipped"]),
@@ -259,13 +327,15 @@ CATALOGUE = {
 
 
 def test_registry():
-    assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "alibi"}
+    assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "kv_pair_count",
+                                "alibi"}
     assert set(CATALOGUE) == set(registry(6))
 
 
 def test_solutions_pass():
     for name, fn in [("sinusoidal", sinusoidal), ("rotation_for_offset", rotation_for_offset),
                      ("rope", lambda x: rope(x)), ("kv_causal_mask", kv_causal_mask),
+                     ("kv_pair_count", kv_pair_count),
                      ("alibi", lambda T, n_head: alibi(T, n_head))]:
         result = ch6.EXERCISES[name](fn)
         assert result.passed, f"{name}: {result.message}"

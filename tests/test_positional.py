@@ -36,7 +36,10 @@ def test_symbolic_identities():
     assert ch6.pe_relative_rotation()[-1][1] == ch6.sp.zeros(2, 1)
     assert ch6.pe_dot_product(6)[-1][1] == 0
     steps = dict(ch6.rope_relative())
-    assert steps["score - qᵀ R((n-m)θ) k"] == 0
+    assert steps["score - qᵀ Rot((n-m)θ) k"] == 0
+    assert steps["Rot(a) - R(a)^T  (R: the sinusoidal block)"] == ch6.sp.zeros(2, 2)  # RoPE turns the other way
+    for label, diff in ch6.pe_rotation_group():  # R(k)R(k)ᵀ = I, R(0) = I, R(j)R(k) = R(j+k), R(-k) = R(k)ᵀ
+        assert diff == ch6.sp.zeros(2, 2), label
     assert steps["∂score/∂m + ∂score/∂n  (shift both: no change)"] == 0
     counted = dict(ch6.causal_pair_count())
     n = ch6.sp.symbols("n", positive=True, integer=True)
@@ -271,3 +274,47 @@ def test_alibi_bad_input():
         P.alibi_slopes(0)
     with pytest.raises(ValueError, match="T_k must be >= T"):
         P.alibi_bias(4, 2, n_head=2)
+
+
+# ---------------------------------------------------------------- the GPT's learned table is LearnedPositions
+def test_gpt_learned_table_is_learned_positions():
+    from transformer_lab.gpt import GPT, GPTConfig
+    model = GPT(GPTConfig(vocab_size=8, block_size=12, n_layer=1, n_head=2, d_model=8))
+    assert isinstance(model.pos_emb, P.LearnedPositions) and isinstance(model.pos_emb, torch.nn.Embedding)
+    assert "pos_emb.weight" in model.state_dict() and model.pos_emb.weight.shape == (12, 8)
+    pos = torch.arange(3, 7)
+    torch.testing.assert_close(model.pos_emb(pos), model.pos_emb.weight[3:7], rtol=0, atol=0)  # forward's slice
+
+
+def test_gpt_initialisation_unchanged_by_learned_positions(monkeypatch):
+    """Same seed, same draws: a GPT whose table is the book's ``attention.Embedding`` (as before) is bit-identical."""
+    from transformer_lab import gpt
+    from transformer_lab.attention import Embedding
+
+    config = gpt.GPTConfig(vocab_size=16, block_size=32, n_layer=2, n_head=2, d_model=16)
+    torch.manual_seed(3)
+    new = gpt.GPT(config).state_dict()
+    after_new = torch.randn(4)
+    monkeypatch.setattr(gpt, "LearnedPositions", Embedding)
+    torch.manual_seed(3)
+    old = gpt.GPT(config).state_dict()
+    after_old = torch.randn(4)
+    assert new.keys() == old.keys()
+    for key in new:
+        torch.testing.assert_close(new[key], old[key], rtol=0, atol=0)
+    torch.testing.assert_close(after_new, after_old, rtol=0, atol=0)
+    assert abs(new["pos_emb.weight"].std().item() - 0.02) < 0.005  # re-drawn by init_gpt_weights: N(0, 0.02²)
+
+
+def test_numpy_integers_accepted_bools_rejected():
+    np = pytest.importorskip("numpy")
+    torch.testing.assert_close(P.sinusoidal_encoding(np.int64(5), np.int64(4)), P.sinusoidal_encoding(5, 4))
+    torch.testing.assert_close(P.relative_rotation(np.int64(3), 4), P.relative_rotation(3, 4))
+    assert P.causal_pairs(np.int64(4)) == 10 and type(P.causal_pairs(np.int64(4))) is int
+    for bad in (True, np.bool_(True)):
+        with pytest.raises(ValueError, match="base must be"):
+            P.sinusoidal_encoding(4, 4, base=bad)
+        with pytest.raises(ValueError, match="n_pos must be a positive integer"):
+            P.sinusoidal_encoding(bad, 4)
+        with pytest.raises(ValueError, match="k must be a finite number"):
+            P.relative_rotation(bad, 4)

@@ -43,6 +43,22 @@ def pe_relative_rotation() -> list[tuple[str, sp.Expr]]:
     ]
 
 
+def pe_rotation_group() -> list[tuple[str, sp.Expr]]:
+    """One block of R: R(k)R(k)ᵀ = I, R(0) = I, R(j)R(k) = R(j + k), R(-k) = R(k)ᵀ, each difference simplified to 0.
+
+    R is block-diagonal, so each identity holds for the whole matrix iff it holds block by block.
+    """
+    j = sp.symbols("j", real=True)
+    eye = sp.eye(2)
+    return [
+        ("R(k)R(k)^T - I", sp.simplify(rotation(k * omega) * rotation(k * omega).T - eye)),
+        ("R(0) - I", rotation(0) - eye),
+        ("R(j)R(k) - R(j + k)", sp.simplify(sp.expand_trig(rotation(j * omega) * rotation(k * omega)
+                                                            - rotation((j + k) * omega)))),
+        ("R(-k) - R(k)^T", sp.simplify(rotation(-k * omega) - rotation(k * omega).T)),
+    ]
+
+
 def pe_rotation_matrix(d_model: int = 4, base: int = 10000) -> sp.Matrix:
     """The full block-diagonal R(k) for a small d_model, frequencies ω_i = base^{-2i/d}."""
     base = sp.Integer(base)
@@ -67,22 +83,25 @@ def pe_dot_product(d_model: int = 4) -> list[tuple[str, sp.Expr]]:
     ]
 
 
+def rope_rotation(a: sp.Expr) -> sp.Matrix:
+    """RoPE's 2×2 rotation Rot(a) = [[cos a, -sin a], [sin a, cos a]]: counter-clockwise by a, = rotation(a)ᵀ."""
+    return sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])
+
+
 def rope_relative() -> list[tuple[str, sp.Expr]]:
-    """⟨R(mθ)q, R(nθ)k⟩ = qᵀ R((n - m)θ) k for one pair: RoPE scores depend on m - n only."""
-    m, n, theta = sp.symbols("m n theta", real=True)
+    """⟨Rot(mθ)q, Rot(nθ)k⟩ = qᵀ Rot((n - m)θ) k for one pair: RoPE scores depend on m - n only."""
+    m, n, theta, a = sp.symbols("m n theta a", real=True)
     q = sp.Matrix(sp.symbols("q_1 q_2", real=True))
     key = sp.Matrix(sp.symbols("k_1 k_2", real=True))
-
-    def rope(a):  # RoPE's rotation (counter-clockwise by a) = rotation(a)ᵀ in the (sin, cos) convention above
-        return sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])
-
-    score = sp.expand((rope(m * theta) * q).T * (rope(n * theta) * key))[0]
-    relative = (q.T * rope((n - m) * theta) * key)[0]
+    score = sp.expand((rope_rotation(m * theta) * q).T * (rope_rotation(n * theta) * key))[0]
+    relative = (q.T * rope_rotation((n - m) * theta) * key)[0]
     return [
-        ("RoPE(q, m)", rope(m * theta) * q),
+        ("Rot(a), RoPE's rotation", rope_rotation(a)),
+        ("Rot(a) - R(a)^T  (R: the sinusoidal block)", rope_rotation(a) - rotation(a).T),
+        ("RoPE(q, m) = Rot(mθ) q", rope_rotation(m * theta) * q),
         ("score ⟨RoPE(q, m), RoPE(k, n)⟩", score),
         ("simplified", sp.simplify(sp.trigsimp(score))),
-        ("score - qᵀ R((n-m)θ) k", sp.simplify(sp.expand_trig(sp.expand(score - relative)))),
+        ("score - qᵀ Rot((n-m)θ) k", sp.simplify(sp.expand_trig(sp.expand(score - relative)))),
         ("∂score/∂m + ∂score/∂n  (shift both: no change)", sp.simplify(sp.diff(score, m) + sp.diff(score, n))),
     ]
 
@@ -101,12 +120,19 @@ def causal_pair_count() -> list[tuple[str, sp.Expr]]:
 
 
 def head_split_count(d_model: int = 8) -> list[tuple[str, sp.Expr]]:
-    """Equal head splits: n_head must divide d_model; the ways to deal coordinates into unordered heads."""
+    """Equal head splits: n_head must divide d_model; the ways to deal coordinates into unordered heads.
+
+    Head 1 takes d_k of the d coordinates, head 2 d_k of the rest, …: C(d, d_k) C(d - d_k, d_k) ⋯ = d!/(d_k!)^h
+    (the multinomial coefficient) for labelled heads; each unordered split is counted once per order of its h
+    heads, h! times. Checked against enumeration in :func:`check` (d_model = 4, 6, 8).
+    """
     d, h = sp.symbols("d h", positive=True, integer=True)
-    formula = sp.factorial(d) / (sp.factorial(d / h) ** h * sp.factorial(h))
+    ordered = sp.factorial(d) / sp.factorial(d / h) ** h
+    formula = ordered / sp.factorial(h)
     return [
         (f"valid n_head for d_model = {d_model}", sp.FiniteSet(*sp.divisors(d_model))),
-        ("coordinate partitions into h equal heads", formula),
+        ("labelled heads: multinomial d!/(d_k!)^h, d_k = d/h", ordered),
+        ("unordered heads: each split counted h! times", formula),
         (f"… for d_model = {d_model}", sp.Matrix([[hh, formula.subs({d: d_model, h: hh})]
                                                   for hh in sp.divisors(d_model)])),
     ]
@@ -152,7 +178,7 @@ def check(seed: int = 0) -> dict[str, float]:
     out["RoPE scores shifted by 37: ours"] = (s0 - s1).abs().max().item()
     # the symbolic 2-d score, lambdified, against ours on the first pair
     m_, n_, th = sp.symbols("m n theta", real=True)
-    score = rope_relative()[1][1]
+    score = dict(rope_relative())["score ⟨RoPE(q, m), RoPE(k, n)⟩"]
     f = sp.lambdify((*sp.symbols("q_1 q_2 k_1 k_2", real=True), m_, n_, th), score, "numpy")
     w0 = 1.0  # ω_0 = base^0
     sym_s = torch.tensor([[f(q[a, 0].item(), q[a, 1].item(), key[b, 0].item(), key[b, 1].item(), a, b, w0)

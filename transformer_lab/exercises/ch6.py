@@ -4,11 +4,13 @@
 * ``rotation_for_offset(k, d_model)`` — R(k) with PE(pos + k) = R(k) · PE(pos), (d_model, d_model)
 * ``rope(x)`` — rotary encoding of x (T, d) at positions 0 … T-1, interleaved pairs
 * ``kv_causal_mask(T, T_k)`` — the causal mask when the T queries are the last T of T_k positions
+* ``kv_pair_count(T, T_k)`` — how many (query, key) pairs that mask admits, an int
 * ``alibi(T, n_head)`` — ALiBi's score bias m_h · (j - i), (n_head, T, T), m_h = 2^{-8h/H}, H a power of 2
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from transformer_lab import positional as P
@@ -33,7 +35,7 @@ def _ref_rotation(k, d_model):
 def check_rotation_for_offset(fn) -> CheckResult:
     """``fn(k, d_model) -> (d_model, d_model)``: the block-diagonal R(k) with PE(pos + k) = R(k) PE(pos)."""
     cases = [{"k": 1, "d_model": 2}, {"k": 3, "d_model": 4}, {"k": 10, "d_model": 8}, {"k": -2, "d_model": 6}]
-    return check_function("rotation_for_offset", fn, _ref_rotation, cases, atol=1e-9, rtol=1e-7)
+    return check_function("rotation_for_offset", fn, _ref_rotation, cases, atol=1e-6, rtol=1e-5)  # float32 ok
 
 
 def _ref_rope(x):
@@ -46,7 +48,7 @@ def check_rope(fn) -> CheckResult:
     cases = [{"x": torch.randn(3, 2, generator=g, dtype=torch.float64)},
              {"x": torch.randn(6, 8, generator=g, dtype=torch.float64)},
              {"x": torch.randn(12, 16, generator=g, dtype=torch.float64)}]
-    return check_function("rope", fn, _ref_rope, cases, atol=1e-9, rtol=1e-7)
+    return check_function("rope", fn, _ref_rope, cases, atol=1e-6, rtol=1e-5)  # angles in float32 are right too
 
 
 def _ref_kv_mask(T, T_k):
@@ -58,11 +60,48 @@ def check_kv_causal_mask(fn) -> CheckResult:
     cases = [{"T": 3, "T_k": 3}, {"T": 1, "T_k": 5}, {"T": 2, "T_k": 6}, {"T": 4, "T_k": 7}]
 
     def compare(got, expected):
-        if not isinstance(got, torch.Tensor) or got.dtype != torch.bool:
-            return f"output should be a bool tensor (True = may attend), got {getattr(got, 'dtype', type(got))}"
+        if isinstance(got, np.ndarray):  # a NumPy mask is accepted, as check_sinusoidal accepts NumPy arrays
+            got = torch.from_numpy(got)
+        if not isinstance(got, torch.Tensor):
+            return f"output should be a bool torch.Tensor (True = may attend), got a {type(got).__name__}"
+        if got.dtype != torch.bool:
+            return f"output should have dtype bool (True = may attend), got dtype {got.dtype}"
         return describe_difference(got, expected)
 
     return check_function("kv_causal_mask", fn, _ref_kv_mask, cases, compare=compare)
+
+
+def _ref_kv_pair_count(T, T_k):
+    return P.causal_mask(T, T_k).sum().item()  # counted from the mask itself, not from the formula
+
+
+def check_kv_pair_count(fn) -> CheckResult:
+    """``fn(T, T_k) -> int``: the True entries of the key-value-cache mask, T (T_k - T) + T (T + 1) / 2."""
+    cases = [{"T": 1, "T_k": 1}, {"T": 3, "T_k": 3}, {"T": 1, "T_k": 9}, {"T": 4, "T_k": 7}, {"T": 50, "T_k": 1000}]
+    hints = [
+        (lambda T, T_k: T * T_k, "that counts every (query, key) pair: key j is visible only up to the query's own "
+                                 "position T_k - T + i"),
+        (lambda T, T_k: T * (T + 1) // 2, "that is the count without a cache: each query also sees the T_k - T "
+                                          "cached keys before the new ones"),
+        (lambda T, T_k: T * (T_k - T) + T * (T - 1) // 2, "one short per query: a query also sees its own key"),
+        (lambda T, T_k: T_k * (T_k + 1) // 2, "that counts all T_k queries; only the last T are new"),
+    ]
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected)
+        return f"the count is {got}, expected {expected}" if msg and "differs" in msg else msg
+
+    result = check_function("kv_pair_count", fn, _ref_kv_pair_count, cases, compare=compare)
+    if result.passed:
+        return result
+    try:  # a typical mistake gives a known formula on every case: name it
+        answers = [fn(c["T"], c["T_k"]) for c in cases]
+    except Exception:  # check_function has already reported it
+        return result
+    for wrong, hint in hints:
+        if all(a == wrong(**c) and not isinstance(a, bool) for a, c in zip(answers, cases, strict=True)):
+            return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
+    return result
 
 
 def _ref_alibi(T, n_head):
@@ -96,5 +135,6 @@ EXERCISES = {
     "rotation_for_offset": check_rotation_for_offset,
     "rope": check_rope,
     "kv_causal_mask": check_kv_causal_mask,
+    "kv_pair_count": check_kv_pair_count,
     "alibi": check_alibi,
 }
