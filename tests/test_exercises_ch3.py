@@ -83,6 +83,30 @@ def adam_step_off_by_one(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, e
                      weight_decay=weight_decay)
 
 
+def adam_correct_m_only(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):  # the 31.6η case
+    b1, b2 = betas
+    param = param * (1 - lr * weight_decay)
+    m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
+    return param - lr * (m / (1 - b1**step)) / (v.sqrt() + eps), m, v
+
+
+def adam_float32(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    return tuple(t.float() for t in adam_step(param, grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
+                                              weight_decay=weight_decay))
+
+
+def lr_cosine_floor_added(step, max_lr, min_lr, warmup, total):  # peak max_lr + min_lr: equals the ramp mistake
+    if step < warmup:                                             # at step = warmup, but not elsewhere
+        return max_lr * (step + 1) / warmup
+    if step > total:
+        return min_lr
+    return 0.5 * max_lr * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) + min_lr
+
+
+def lr_float32(step, max_lr, min_lr, warmup, total):
+    return np.float32(warmup_cosine_lr(step, max_lr, min_lr, warmup, total))
+
+
 def lr_zero_at_start(step, max_lr, min_lr, warmup, total):  # ramps from 0: step 0 wasted
     return max_lr * step / warmup if step < warmup else warmup_cosine_lr(step, max_lr, min_lr, warmup, total)
 
@@ -128,6 +152,31 @@ def gd_in_place(A, theta0, lr, steps):  # every row is the same tensor, changed 
     for _ in range(steps + 1):
         rows.append(theta)
         theta -= lr * A @ theta
+    return torch.stack(rows)
+
+
+def gd_append_after_in_place(A, theta0, lr, steps):  # row 0 right, then the same tensor every row
+    theta, rows = theta0.clone(), [theta0]
+    for _ in range(steps):
+        theta -= lr * A @ theta
+        rows.append(theta)
+    return torch.stack(rows)
+
+
+def gd_float32_buffer(A, theta0, lr, steps):  # torch.zeros defaults to float32
+    out = torch.zeros(steps + 1, theta0.shape[0])
+    out[0] = theta0
+    for k in range(steps):
+        out[k + 1] = out[k] - lr * (A @ out[k].double()).float()
+    return out
+
+
+def hb_in_place(A, theta0, lr, beta, steps):
+    theta, v, rows = theta0.clone(), torch.zeros_like(theta0), [theta0]
+    for _ in range(steps):
+        v = beta * v + A @ theta
+        theta -= lr * v
+        rows.append(theta)
     return torch.stack(rows)
 
 
@@ -239,7 +288,9 @@ CATALOGUE = {
                   (adam_only_param, ["should be a tuple of 3 items"]),
                   (adam_decay_after_update, ["differs", "before the Adam update"]),
                   (adam_eps_inside_sqrt, ["differs", "√v̂ + ε"]),
-                  (adam_step_off_by_one, ["differs", "case 1"])],
+                  (adam_step_off_by_one, ["differs", "case 1", "not step + 1"]),
+                  (adam_correct_m_only, ["differs", "correct v too", "31.6η"]),
+                  (adam_float32, ["differs", "single precision"])],
         "right": [adam_pytorch_form, adam_numpy],
     },
     "warmup_cosine_lr": {
@@ -248,14 +299,19 @@ CATALOGUE = {
                   (lambda step, max_lr, min_lr, warmup, total: "fast", ["should return a number"]),
                   (lr_progress_over_total, ["expected", "(step − warmup)/(total − warmup)"]),
                   (lr_plain_cosine, ["expected", "½(1 + cos(π·progress))"]),
-                  (lr_ramp_one_step_too_long, ["learning rate 0.0011, expected 0.001", "step=10", "step < warmup"])],
+                  (lr_ramp_one_step_too_long, ["learning rate 0.0011, expected 0.001", "step=10", "step < warmup"]),
+                  (lr_cosine_floor_added, ["learning rate 0.0011, expected 0.001", "step=10",
+                                           "the cosine spans max_lr − min_lr"]),
+                  (lr_float32, ["expected", "single precision"])],
         "right": [lr_clamped, lr_numpy],
     },
     "gradient_descent": {
         "wrong": [(gd_ascent, ["differs", "worst at", "θ − η∇L"]),
                   (gd_no_start, ["has shape (20, 2), expected (21, 2)"]),
                   (gd_twice_the_gradient, ["differs", "not 2Aθ"]),
-                  (gd_in_place, ["differs", "case 1"]),
+                  (gd_in_place, ["differs", "case 1", "changed it in place"]),
+                  (gd_append_after_in_place, ["differs", "changed it in place"]),
+                  (gd_float32_buffer, ["differs", "single precision"]),
                   (gd_list, ["should be a Tensor, got list"])],
         "right": [gd_matrix_power, gd_preallocated],
     },
@@ -264,7 +320,8 @@ CATALOGUE = {
                   (hb_stale_velocity, ["differs", "update v first"]),
                   (hb_nesterov, ["differs", "Nesterov"]),
                   (hb_no_momentum, ["differs", "plain gradient descent"]),
-                  (hb_without_start, ["has shape (30, 2), expected (31, 2)"])],
+                  (hb_without_start, ["has shape (30, 2), expected (31, 2)"]),
+                  (hb_in_place, ["differs", "changed it in place"])],
         "right": [hb_two_step, hb_companion],
     },
     "inverted_dropout": {
@@ -309,3 +366,11 @@ def test_typical_wrong_answer_rejected(name, wrong, words):
 @pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
 def test_correct_alternative_accepted(name, right):
     assert_accepted(ch3.EXERCISES[name], right)
+
+
+def test_a_coincidence_on_the_failing_case_gives_no_wrong_hint():
+    """lr_cosine_floor_added gives 0.0011 at step = warmup like the 'ramp one step too long' mistake, but differs
+    from it elsewhere: its message must not carry that mistake's hint (it did when hints were matched on the
+    cases up to the failing one only)."""
+    result = ch3.check_warmup_cosine_lr(lr_cosine_floor_added)
+    assert "step < warmup" not in result.message and "spans max_lr − min_lr" in result.message, result.message

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from transformer_lab.exercises import CheckResult, check_function, distinct_digits, generator
@@ -21,17 +22,46 @@ from transformer_lab.optim import AdamW, WarmupCosine
 D = torch.float64
 
 
-def _with_hints(result: CheckResult, fn, cases: list[dict], hints: list[tuple[Callable, str]], **tol) -> CheckResult:
-    """``result``, with a hint appended when ``fn`` equals a known typical mistake ``(mistake, hint)`` on the cases
-    up to the one it failed."""
+def _check(name: str, fn, reference, cases: list[dict], hints: list[tuple[Callable, str]], **tol) -> CheckResult:
+    """:func:`check_function`'s verdict, with a hint appended when ``fn`` equals a known typical mistake
+    ``(mistake, hint)`` on every case where ``fn`` returns (agreeing on a few cases by coincidence gives no hint),
+    or when it returns float32 numbers."""
+    result = check_function(name, fn, reference, cases, **tol)
     if result.passed:
         return result
-    failed = re.search(r"on case (\d+):", result.message)
-    upto = cases[: int(failed[1])] if failed else cases
     for mistake, hint in hints:
-        if check_function(result.name, fn, mistake, upto, **tol).passed:
+        if _same_as(fn, mistake, cases, tol):
             return CheckResult(result.name, False, f"{result.message}. Hint: {hint}")
+    failed = re.search(r"on case (\d+):", result.message)
+    if failed and _low_precision(fn, reference, cases[int(failed[1]) - 1]):
+        return CheckResult(result.name, False, f"{result.message}. Hint: your result is in single precision "
+                                               "(float32 rounds at about 1e-7); the inputs are float64: keep them "
+                                               "so (torch.zeros(...) and torch.tensor(...) default to float32: pass "
+                                               "dtype=torch.float64; avoid .float() and np.float32)")
     return result
+
+
+def _same_as(fn, mistake, cases: list[dict], tol: dict) -> bool:
+    """True when ``fn`` agrees with ``mistake`` on every case where ``fn`` returns, and there is at least one."""
+    compared = 0
+    for case in cases:
+        try:
+            r = check_function("hint", fn, mistake, [case], **tol)
+        except Exception:  # the mistake itself fails on this case; fn did not
+            return False
+        if not r.passed and not r.message.startswith("raised"):
+            return False
+        compared += r.passed
+    return compared > 0
+
+
+def _low_precision(fn, reference, case: dict) -> bool:
+    """Whether ``fn`` returns (among its outputs) a float32/float16 tensor or NumPy number for ``case``."""
+    seen = []
+    check_function("dtype", fn, reference, [case], compare=lambda got, expected: seen.append(got))
+    outs = [o for got in seen for o in (got if isinstance(got, tuple | list) else (got,))]
+    return any((isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.float16, torch.bfloat16))
+               or isinstance(o, np.float32 | np.float16) for o in outs)
 
 
 # ---------------------------------------------------------------- 1. one AdamW step
@@ -60,17 +90,19 @@ def check_adam_step(fn) -> CheckResult:
     cases = [case((5,), 1), case((3, 4), 7), case((2, 3), 2, betas=(0.8, 0.95), weight_decay=0.0),
              case((4,), 1000, scale=1e-3, lr=3e-4)]
     tol = dict(atol=1e-12, rtol=1e-9)
-    return _with_hints(check_function("adam_step", fn, _ref_adam_step, cases, **tol), fn, cases, _ADAM_HINTS, **tol)
+    return _check("adam_step", fn, _ref_adam_step, cases, _ADAM_HINTS, **tol)
 
 
-def _adam_variant(*, correct=True, coupled=False, decay_last=False, eps_inside=False):
+def _adam_variant(*, correct="mv", coupled=False, decay_last=False, eps_inside=False, shift=0):
     def step_fn(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
         b1, b2 = betas
+        step = step + shift  # shift ≠ 0: the bias-correction exponent off by one
         if coupled:  # Adam + L2: the decay goes through the moments
             grad = grad + weight_decay * param
         decayed = param if coupled or decay_last else param * (1 - lr * weight_decay)
         m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
-        m_hat, v_hat = (m / (1 - b1**step), v / (1 - b2**step)) if correct else (m, v)
+        m_hat = m / (1 - b1**step) if "m" in correct else m
+        v_hat = v / (1 - b2**step) if "v" in correct else v
         denom = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
         new = decayed - lr * m_hat / denom
         return (new * (1 - lr * weight_decay) if decay_last else new), m, v
@@ -78,7 +110,12 @@ def _adam_variant(*, correct=True, coupled=False, decay_last=False, eps_inside=F
 
 
 _ADAM_HINTS = [
-    (_adam_variant(correct=False), "divide m by (1 − β₁ᵗ) and v by (1 − β₂ᵗ) (bias correction, t = step)"),
+    (_adam_variant(correct=""), "divide m by (1 − β₁ᵗ) and v by (1 − β₂ᵗ) (bias correction, t = step)"),
+    (_adam_variant(correct="m"), "correct v too: v̂ = v/(1 − β₂ᵗ). Correcting only m divides by the tiny √v early on "
+                                 "(a first step of about η/√(1 − β₂) ≈ 31.6η for β₂ = 0.999)"),
+    (_adam_variant(correct="v"), "correct m too: m̂ = m/(1 − β₁ᵗ)"),
+    (_adam_variant(shift=1), "t in the bias correction is `step` itself (1 on the first step), not step + 1"),
+    (_adam_variant(shift=-1), "t in the bias correction is `step` itself (1 on the first step), not step − 1"),
     (_adam_variant(coupled=True), "that is Adam with an L2 penalty (λθ added to the gradient); AdamW decays the "
                                   "parameter directly, θ ← θ(1 − ηλ), and keeps the decay out of m and v"),
     (_adam_variant(decay_last=True), "apply the decay θ(1 − ηλ) to the parameter before the Adam update"),
@@ -97,8 +134,7 @@ def check_warmup_cosine_lr(fn) -> CheckResult:
     cases = [dict(step=s, **sched) for s in (0, 4, 9, 10, 35, 60, 109, 110, 500)]
     cases += [dict(step=s, max_lr=6e-4, min_lr=0.0, warmup=0, total=50) for s in (0, 25, 50)]
     tol = dict(atol=1e-12, rtol=1e-9, compare=_compare_float)
-    return _with_hints(check_function("warmup_cosine_lr", fn, _ref_warmup_cosine_lr, cases, **tol), fn, cases,
-                       _SCHEDULE_HINTS, **tol)
+    return _check("warmup_cosine_lr", fn, _ref_warmup_cosine_lr, cases, _SCHEDULE_HINTS, **tol)
 
 
 def _cosine(step, max_lr, min_lr, warmup, total, *, span=None, one_plus=True):
@@ -120,6 +156,9 @@ _SCHEDULE_HINTS = [
     (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step < warmup
      else _cosine(step, max_lr, 0.0, warmup, total),
      "the cosine decays to min_lr, not to 0"),
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step < warmup
+     else min_lr + _cosine(step, max_lr, 0.0, warmup, total) if step <= total else min_lr,
+     "the cosine spans max_lr − min_lr: min_lr + ½(max_lr − min_lr)(1 + cos(π·progress)), which starts at max_lr"),
     (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step <= warmup and warmup
      else _cosine(step, max_lr, min_lr, warmup, total),
      "the ramp covers steps 0, …, warmup − 1 (step < warmup) and reaches max_lr at warmup − 1; at step = warmup "
@@ -159,9 +198,24 @@ def check_gradient_descent(fn) -> CheckResult:
     hints = [(lambda A, theta0, lr, steps: _ref_gradient_descent(A, theta0, 2 * lr, steps),
               "the gradient of ½ θᵀAθ is Aθ (symmetric A), not 2Aθ"),
              (lambda A, theta0, lr, steps: _ref_gradient_descent(A, theta0, -lr, steps),
-              "step against the gradient: θ − η∇L, not θ + η∇L")]
-    return _with_hints(check_function("gradient_descent", fn, _ref_gradient_descent, cases, **tol), fn, cases,
-                       hints, **tol)
+              "step against the gradient: θ − η∇L, not θ + η∇L"),
+             (lambda A, theta0, lr, steps: _aliased(_ref_gradient_descent(A, theta0, lr, steps + 1), skip=1),
+              _ALIAS_HINT),
+             (lambda A, theta0, lr, steps: _aliased(_ref_gradient_descent(A, theta0, lr, steps), skip=0),
+              _ALIAS_HINT)]
+    return _check("gradient_descent", fn, _ref_gradient_descent, cases, hints, **tol)
+
+
+def _aliased(rows: torch.Tensor, *, skip: int) -> torch.Tensor:
+    """What stacking one tensor changed in place gives: ``rows[-1]`` in every row (``skip=1``: one row fewer) or in
+    every row but the first (``skip=0``)."""
+    out = rows[: len(rows) - skip].clone()
+    out[1 - skip:] = rows[-1]
+    return out
+
+
+_ALIAS_HINT = ("the rows repeat one value: you appended the same tensor each step and changed it in place "
+               "(θ -= …); make a new tensor each step (θ = θ − …) or append θ.clone()")
 
 
 # ---------------------------------------------------------------- 4. heavy-ball momentum
@@ -203,8 +257,12 @@ def check_heavy_ball(fn) -> CheckResult:
              (_heavy_ball_variant(stale=True), "update v first, then step with the new v: θ ← θ − η(βv + g)"),
              (_heavy_ball_variant(nesterov=True), "that is Nesterov's momentum (gradient at the look-ahead point); "
                                                   "heavy ball takes the gradient at θ_k"),
-             (_ref_gradient_descent_beta, "β is ignored: that is plain gradient descent")]
-    return _with_hints(check_function("heavy_ball", fn, _ref_heavy_ball, cases, **tol), fn, cases, hints, **tol)
+             (_ref_gradient_descent_beta, "β is ignored: that is plain gradient descent"),
+             (lambda A, theta0, lr, beta, steps: _aliased(_ref_heavy_ball(A, theta0, lr, beta, steps + 1), skip=1),
+              _ALIAS_HINT),
+             (lambda A, theta0, lr, beta, steps: _aliased(_ref_heavy_ball(A, theta0, lr, beta, steps), skip=0),
+              _ALIAS_HINT)]
+    return _check("heavy_ball", fn, _ref_heavy_ball, cases, hints, **tol)
 
 
 def _ref_gradient_descent_beta(A, theta0, lr, beta, steps):
@@ -227,8 +285,7 @@ def check_inverted_dropout(fn) -> CheckResult:
     hints = [(lambda x, keep, p: x * keep, "scale the kept entries by 1/(1 − p), so that E[output] = x"),
              (lambda x, keep, p: x * keep / p, "divide by the probability of keeping, 1 − p, not by p"),
              (lambda x, keep, p: x * ~keep / (1 - p), "keep = True marks the entries that survive")]
-    return _with_hints(check_function("inverted_dropout", fn, _ref_inverted_dropout, cases, **tol), fn, cases,
-                       hints, **tol)
+    return _check("inverted_dropout", fn, _ref_inverted_dropout, cases, hints, **tol)
 
 
 EXERCISES = {"adam_step": check_adam_step, "warmup_cosine_lr": check_warmup_cosine_lr,
