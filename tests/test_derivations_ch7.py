@@ -1,5 +1,6 @@
 """Chapter 7 derivations: the SymPy results simplify to what the chapter claims, and ``check()`` finds the
-lambdified expressions, ours and PyTorch's built-ins in agreement (float64: 1e-12; Monte Carlo: 5 standard errors)."""
+lambdified expressions, ours and PyTorch's built-ins in agreement (float64: 1e-12; Monte Carlo: a relative 3%, at
+least 3.6 standard errors)."""
 
 import sympy as sp
 
@@ -57,6 +58,7 @@ def test_check_agreement():
                            "logsumexp_grad_ours_vs_torch", "dot_variance_rel_mc"}
     for key, value in result.items():
         if key == "dot_variance_rel_mc":
-            assert value < 0.03  # 50,000 samples: relative standard error 0.6 %
+            # 50,000 samples: relative standard error sqrt((2 + 6/d_k) / 50,000), 0.84 % at d_k = 4 (the largest)
+            assert value < 0.03
         else:
             assert value < 1e-12, (key, value)

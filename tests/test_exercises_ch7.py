@@ -28,6 +28,13 @@ def two_pass_variance(x):
     return ((x - mean) ** 2).mean(dim=-1)
 
 
+def layer_norm_backward(x, g, eps):
+    mean = x.mean(dim=-1, keepdim=True)
+    r = torch.rsqrt(((x - mean) ** 2).mean(dim=-1, keepdim=True) + eps)
+    xhat = (x - mean) * r
+    return r * (g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True))
+
+
 # ---------------------------------------------------------------- typical wrong answers
 def lse_naive(x):
     return torch.log(torch.exp(x).sum(-1))
@@ -101,6 +108,57 @@ def var_std(x):
     return two_pass_variance(x).sqrt()
 
 
+def var_float64(x):
+    return two_pass_variance(x.double())  # accurate, but not in x's dtype
+
+
+def var_welford(x):
+    mean, m2 = torch.zeros_like(x[..., 0]), torch.zeros_like(x[..., 0])
+    for k in range(x.shape[-1]):  # one pass: running mean and sum of squared deviations
+        delta = x[..., k] - mean
+        mean = mean + delta / (k + 1)
+        m2 = m2 + delta * (x[..., k] - mean)
+    return m2 / x.shape[-1]
+
+
+def _xhat_r(x, eps, correction=0):
+    mean = x.mean(-1, keepdim=True)
+    r = 1 / torch.sqrt(x.var(-1, keepdim=True, correction=correction) + eps)
+    return (x - mean) * r, r
+
+
+def lnb_no_mean(x, g, eps):
+    xhat, r = _xhat_r(x, eps)
+    return r * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+
+
+def lnb_no_xhat_term(x, g, eps):
+    _xhat, r = _xhat_r(x, eps)
+    return r * (g - g.mean(-1, keepdim=True))
+
+
+def lnb_no_r(x, g, eps):
+    xhat, _r = _xhat_r(x, eps)
+    return g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)
+
+
+def lnb_sample_variance(x, g, eps):
+    xhat, r = _xhat_r(x, eps, correction=1)
+    return r * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+
+
+def lnb_sums(x, g, eps):
+    xhat, r = _xhat_r(x, eps)
+    return r * (g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True))
+
+
+def lnb_eps_outside(x, g, eps):
+    mean = x.mean(-1, keepdim=True)
+    r = 1 / (x.var(-1, keepdim=True, correction=0).sqrt() + eps)
+    xhat = (x - mean) * r
+    return r * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+
+
 # ---------------------------------------------------------------- correct answers in other styles
 def lse_logaddexp(x):
     return functools.reduce(torch.logaddexp, x.unbind(-1))  # log(e^a + e^b), pairwise
@@ -134,6 +192,22 @@ def var_shifted_data(x):
     return (y**2).mean(-1) - y.mean(-1) ** 2
 
 
+def lnb_jacobian(x, g, eps):
+    C = x.shape[-1]
+    xhat, r = _xhat_r(x, eps)
+    eye = torch.eye(C, dtype=x.dtype)
+    J = r.unsqueeze(-1) * (eye - 1 / C - xhat.unsqueeze(-1) * xhat.unsqueeze(-2) / C)  # (..., C, C), symmetric
+    return torch.einsum("...ij,...j->...i", J, g)
+
+
+def lnb_sums_over_C(x, g, eps):
+    C = x.shape[-1]
+    centred = x - x.sum(-1, keepdim=True) / C
+    r = (centred.pow(2).sum(-1, keepdim=True) / C + eps) ** -0.5
+    xhat = centred * r
+    return (C * g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True)) * r / C
+
+
 CATALOGUE = {
     "stable_logsumexp": {
         "wrong": [
@@ -147,24 +221,37 @@ CATALOGUE = {
     },
     "layer_norm_rows": {
         "wrong": [
-            (ln_unbiased, ["unit weight, zero bias", "divide by C, not C - 1", "worst at"]),
+            (ln_unbiased, ["unit weight, zero bias", "divides by C, not C - 1", "correction=0", "worst at"]),
             (ln_eps_outside, ["eps > 0", "inside the square root"]),
             (ln_no_bias, ["random weight and bias"]),
-            (ln_one_pass, ["float32 rows with a large mean", "two passes", "|diff|"]),
-            (ln_wrong_dim, ["unit weight, zero bias", "differs in"]),
+            (ln_one_pass, ["float32 rows with a large mean", "two passes", "near 1e6", "|diff|"]),
+            (ln_wrong_dim, ["unit weight, zero bias", "differs in", "dim=-1"]),
             (lambda x: x, ["should take 4 argument(s), in this order: (x, weight, bias, eps)"]),
         ],
         "right": [ln_var_mean, ln_einsum],
     },
     "two_pass_variance": {
         "wrong": [
-            (var_one_pass, ["float32 with a large mean", "two passes", "|diff|"]),
+            (var_one_pass, ["float32 with a large mean", "two passes", "near 1e8", "|diff|"]),
             (var_one_pass_clamped, ["float32 with a large mean", "two passes"]),
-            (var_sample, ["float64 rows", "not n - 1"]),
+            (var_sample, ["float64 rows", "divides by n, not n - 1"]),
             (var_keepdim, ["has shape (4, 1), expected (4,)", "drop it"]),
-            (var_std, ["float64 rows", "differs in"]),
+            (var_std, ["float64 rows", "differs in", "not its square root"]),
+            (var_float64, ["constant rows", "must have x's dtype (float32), got float64", ".to(x.dtype)"]),
+            (var_welford, ["float32 with a large mean", "Welford", "grow with mean / spread"]),
         ],
         "right": [var_sum_of_squares, var_shifted_data],
+    },
+    "layer_norm_backward": {
+        "wrong": [
+            (lnb_no_mean, ["g constant over the features", "subtract mean(g)"]),
+            (lnb_no_xhat_term, ["g = xhat, eps = 0", "subtract xhat * mean(g * xhat)"]),
+            (lnb_no_r, ["random g, eps = 0", "multiply by r"]),
+            (lnb_sample_variance, ["g = xhat, eps = 0", "not C - 1"]),
+            (lnb_sums, ["g constant over the features", "differs in"]),
+            (lnb_eps_outside, ["eps > 0", "inside the square root"]),
+        ],
+        "right": [lnb_jacobian, lnb_sums_over_C],
     },
 }
 
@@ -175,7 +262,8 @@ def test_typical_wrong_answer_rejected(name, wrong, words):
     group = next((w for w in words if w in {"huge logits", "ordinary logits", "rows of very different sizes",
                                              "unit weight, zero bias", "eps > 0", "random weight and bias",
                                              "float32 rows with a large mean", "float32 with a large mean",
-                                             "float64 rows"}), None)
+                                             "float64 rows", "g constant over the features", "g = xhat, eps = 0",
+                                             "random g, eps = 0", "constant rows"}), None)
     if group:  # the failing group is named first, so the student knows what that group tests
         assert result.message.startswith(group), result.message
 
@@ -186,13 +274,14 @@ def test_correct_alternative_accepted(name, right):
 
 
 def test_registry_names_the_functions():
-    assert set(registry(7)) == {"stable_logsumexp", "layer_norm_rows", "two_pass_variance"}
+    assert set(registry(7)) == {"stable_logsumexp", "layer_norm_rows", "two_pass_variance", "layer_norm_backward"}
     assert ch7.EXERCISES["stable_logsumexp"] is ch7.check_stable_logsumexp
 
 
 def test_solutions_pass():
     for fn, check in [(stable_logsumexp, ch7.check_stable_logsumexp), (layer_norm_rows, ch7.check_layer_norm_rows),
-                      (two_pass_variance, ch7.check_two_pass_variance)]:
+                      (two_pass_variance, ch7.check_two_pass_variance),
+                      (layer_norm_backward, ch7.check_layer_norm_backward)]:
         result = check(fn)
         assert result.passed, result.message
         assert "matches the reference" in result.message

@@ -95,6 +95,23 @@ def test_post_ln_has_the_smallest_input_gradient_at_gain_1():
     assert 1 < g0["post-ln"] < 3
 
 
+def test_final_norm_divides_pre_ln_gradients_by_the_stream_size():
+    # GPT-2's final LayerNorm before the loss: the gradient entering x_L is r through LN's Jacobian, about
+    # r / rms(x_L); post-LN's stream already has rms 1, so its gradients hardly change. The default is unchanged.
+    L, kw = 16, dict(n_layer=16, d_model=32, n_tokens=64)
+    for a in ("pre-ln", "post-ln"):
+        plain, final = depth_profile(a, **kw), depth_profile(a, **kw, final_norm=True)
+        torch.testing.assert_close(final["activation_rms"], plain["activation_rms"])  # the forward stream is the same
+        top = final["gradient_rms"][L] * plain["activation_rms"][L]
+        assert abs(top - 1) < 0.1, (a, top)  # gradient rms at the top ~ 1 / rms(x_L)
+        ratio = {k: p["gradient_rms"][0] / p["gradient_rms"][L] for k, p in (("plain", plain), ("final", final))}
+        growth = ratio["final"] / ratio["plain"]
+        assert abs(growth - 1) < 0.05, (a, growth)  # the shape of the profile is unchanged
+    assert depth_profile("pre-ln", **kw, final_norm=True)["gradient_rms"][0] < depth_profile("pre-ln", **kw)[
+        "gradient_rms"][0] / 2
+    torch.testing.assert_close(depth_profile("pre-ln", **kw), depth_profile("pre-ln", **kw, final_norm=False))
+
+
 def test_output_sensitivity_amplification():
     # Liu et al. 2020: post-LN's output moves more under a small change of every weight, more so with depth
     sens = {(a, n): output_sensitivity(a, n_layer=n, d_model=32, n_tokens=64) for a in ("post-ln", "pre-ln")

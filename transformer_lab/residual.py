@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .norm import LayerNorm
+from .norm import LayerNorm, layer_norm
 
 __all__ = ["ARRANGEMENTS", "PostLNResidual", "PreLNResidual", "depth_profile", "make_block", "output_sensitivity"]
 
@@ -123,13 +123,16 @@ def _check_profile_args(fn: str, arrangement: str, n_layer, gain) -> None:
 
 
 def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens: int = 256, gain: float = 1.0,
-                  seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+                  seed: int = 0, dtype: torch.dtype = torch.float32,
+                  final_norm: bool = False) -> dict[str, torch.Tensor]:
     """Push random tokens through ``n_layer`` blocks of ``arrangement`` and measure every depth.
 
     Each sub-layer is a two-layer ReLU MLP ``F(x) = relu(x W_1) W_2`` with ``W_1 ~ N(0, 2 / C)`` (He
     initialisation, which keeps the mean square through a ReLU) and ``W_2 ~ N(0, gain^2 / C)``, so ``F``
     multiplies the root mean square of its input by about ``gain``; LayerNorms have weight 1 and bias 0. The
-    loss is ``sum(x_L * r)`` for a fixed random ``r``, so the gradient entering the top is unit-variance noise.
+    loss is ``sum(x_L * r)`` for a fixed random ``r``, so the gradient entering the top is unit-variance noise;
+    with ``final_norm=True`` it is ``sum(LN(x_L) * r)``, a last LayerNorm before the loss as in GPT-2, and the
+    gradient entering ``x_L`` is ``r`` through that LayerNorm's Jacobian (about ``r / rms(x_L)``).
     Returns ``{"activation_rms": (n_layer + 1,), "gradient_rms": (n_layer + 1,)}``: the root mean square of the
     stream ``x_l`` and of ``dLoss/dx_l`` at the input (index 0) and after every block.
     """
@@ -141,7 +144,8 @@ def depth_profile(arrangement: str, *, n_layer: int, d_model: int = 64, n_tokens
     xs = _stack(arrangement, x.requires_grad_(), W1, W2)
     for t in xs[1:]:
         t.retain_grad()
-    (xs[-1] * r).sum().backward()
+    top = layer_norm(xs[-1]) if final_norm else xs[-1]  # LN(x_L) with weight 1, bias 0, or x_L itself
+    (top * r).sum().backward()
     rms = lambda t: t.detach().pow(2).mean().sqrt()  # noqa: E731
     return {"activation_rms": torch.stack([rms(t) for t in xs]), "gradient_rms": torch.stack([rms(t.grad) for t in xs])}
 

@@ -4,7 +4,8 @@
 * :func:`logsumexp_shift` -- ``log sum e^{z_i} = m + log sum e^{z_i - m}`` for any ``m``, and its gradient;
 * :func:`layer_norm_properties` -- LayerNorm's output has mean 0 and variance ``sigma^2 / (sigma^2 + eps)``, and
   is invariant to the input's scale and shift;
-* :func:`layer_norm_jacobian` -- ``dy/dx = r (I - 11^T/n - \\hat x \\hat x^T / n)``, the backward pass the code uses.
+* :func:`layer_norm_jacobian` -- ``dy/dx = r (I - 11^T/C - \\hat x \\hat x^T / C)`` for ``C = n`` features, the
+  backward pass the code uses.
 
 :func:`check` lambdifies the results and returns the largest disagreements with ``transformer_lab`` and PyTorch.
 """
@@ -106,8 +107,8 @@ def layer_norm_properties(n: int = 4) -> dict[str, sp.Expr]:
 
 
 def layer_norm_jacobian(n: int = 3) -> dict[str, sp.Matrix]:
-    """``J = d\\hat x / dx`` by brute-force differentiation, and the closed form ``r (I - 11^T/n - \\hat x \\hat x^T/n)``
-    with ``r = 1/sqrt(sigma^2 + eps)``; their difference simplifies to the zero matrix. Also ``J x = 0``:
+    """``J = d\\hat x / dx`` by brute-force differentiation, and the closed form ``r (I - 11^T/C - \\hat x \\hat x^T/C)``
+    (``C = n`` features) with ``r = 1/sqrt(sigma^2 + eps)``; their difference simplifies to the zero matrix. Also ``J x = 0``:
     the gradient of a scale-invariant function is orthogonal to its input."""
     x, gamma, beta, eps, y = layer_norm_expr(n)
     unit = {**{g: 1 for g in gamma}, **{b: 0 for b in beta}}

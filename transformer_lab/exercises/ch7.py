@@ -2,11 +2,14 @@
 
 * ``stable_logsumexp(x)`` -- log sum exp over the last dimension, finite for logits of any size
 * ``layer_norm_rows(x, weight, bias, eps)`` -- LayerNorm over the last dimension, as ``nn.LayerNorm``
-* ``two_pass_variance(x)`` -- the population variance over the last dimension, accurate in float32 even when
-  the mean is large (where ``E[x^2] - E[x]^2`` cancels catastrophically)
+* ``two_pass_variance(x)`` -- the population variance over the last dimension, in ``x``'s dtype, accurate in
+  float32 even when the mean is large (where ``E[x^2] - E[x]^2`` cancels catastrophically)
+* ``layer_norm_backward(x, g, eps)`` -- ``dL/dx = r (g - mean(g) - xhat mean(g xhat))``, the closed-form
+  backward of LayerNorm without gamma and beta
 
-Each checker runs groups of cases; when a group fails, the message adds a hint about what that group tests.
-A group may set its own tolerances (float32 cases cannot be held to float64's).
+Each checker runs groups of cases; when a group fails, the message adds a hint about what that group tests (a
+hint may first look at the answer, so that it names the mistake actually made). A group may set its own
+tolerances (float32 cases cannot be held to float64's).
 """
 
 from __future__ import annotations
@@ -16,26 +19,59 @@ import math
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.exercises import CheckResult, check_function, generator
+from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
 
 D = torch.float64
 
 
-def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float, shape_hint: str) -> CheckResult:
-    """Run ``check_function`` group by group; a failure names the group and adds its hint (``shape_hint`` when
-    the output has the wrong shape, whatever the group).
+def _same_dtype(atol: float, rtol: float):
+    """A ``compare`` for ``check_function``: the output must have the reference's dtype, then its values."""
+    def compare(got, expected):
+        if isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor) and got.dtype != expected.dtype:
+            return (f"output must have x's dtype ({str(expected.dtype).replace('torch.', '')}), "
+                    f"got {str(got.dtype).replace('torch.', '')}")
+        return describe_difference(got, expected, atol=atol, rtol=rtol)
+    return compare
 
-    A group is ``(label, cases, hint)`` or ``(label, cases, hint, {"atol": ..., "rtol": ...})``."""
+
+def _worst_ratio_error(fn, reference, cases, factor=lambda case: 1.0) -> float:
+    """The largest ``|fn / (factor * reference) - 1|`` over ``cases`` (inf if ``fn`` raises or gives another
+    shape): how far an answer is from the reference, or from a typical mistake ``factor * reference``."""
+    worst = 0.0
+    for case in cases:
+        try:
+            got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())))
+        except Exception:  # a student's bug: no diagnosis
+            return math.inf
+        expected = reference(**case).double() * factor(case)
+        if got.shape != expected.shape or not torch.isfinite(got).all():
+            return math.inf
+        worst = max(worst, ((got.double() - expected).abs() / expected.abs().clamp_min(1e-30)).max().item())
+    return worst
+
+
+def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float, shape_hint: str,
+            same_dtype: bool = False) -> CheckResult:
+    """Run ``check_function`` group by group; a failure names the group and adds its hint (``shape_hint`` when
+    the output has the wrong shape, whatever the group). ``same_dtype`` also requires the reference's dtype.
+
+    A group is ``(label, cases, hint)`` or ``(label, cases, hint, {"atol": ..., "rtol": ...})``; a hint is a
+    string, or a function ``hint(fn, cases) -> str`` that looks at the answer to name the mistake."""
     total = 0
     for label, cases, hint, *tol in groups:
         tol = {"atol": atol, "rtol": rtol, **(tol[0] if tol else {})}
-        result = check_function(name, fn, reference, cases, **tol)
+        compare = _same_dtype(**tol) if same_dtype else None
+        result = check_function(name, fn, reference, cases, compare=compare, **tol)
         if not result.passed:
             if result.message.startswith(("not written yet", "expected a function")) or (
                     " should take " in result.message and "argument(s), in this order" in result.message):
                 return result
             if result.message.startswith("output has shape"):
                 hint = shape_hint
+            elif result.message.startswith("output must have x's dtype"):
+                hint = "compute in x's own dtype, or convert the result back with .to(x.dtype)"
+            elif callable(hint):
+                hint = hint(fn, cases)
             return CheckResult(name, False, f"{label}: {result.message}. Hint: {hint}")
         total += len(cases)
     return CheckResult(name, True, f"matches the reference on all {total} cases ({', '.join(g[0] for g in groups)})")
@@ -71,6 +107,29 @@ def check_stable_logsumexp(fn) -> CheckResult:
                               "step needs a .squeeze(-1) at the end")
 
 
+def _large_mean_hint(square: str, ratio: float):
+    """The hint for float32 rows with a large mean: cancellation if the answer is far off, Welford-like
+    running updates (an error growing with mean / spread) if it is close but not close enough."""
+    def hint(fn, cases):
+        reference = _ref_layer_norm if "weight" in cases[0] else _ref_variance
+        if _worst_ratio_error(fn, reference, cases) > 1e-2:
+            return (f"the mean is {ratio:g} times the spread: E[x^2] - E[x]^2 subtracts two float32 numbers near "
+                    f"{square} whose difference is mostly rounding; compute the mean first, then the mean of "
+                    "(x - mean)^2 (two passes)")
+        return ("close, but not as accurate as two passes: a running (Welford) update in float32 makes errors that "
+                f"grow with mean / spread ({ratio:g} here); compute the mean first, then the mean of (x - mean)^2")
+    return hint
+
+
+def _ln_unit_hint(fn, cases):
+    C = cases[0]["x"].shape[-1]
+    sample = lambda case: math.sqrt((C - 1) / C)  # noqa: E731  dividing by C - 1 shrinks xhat by this factor
+    if _worst_ratio_error(fn, _ref_layer_norm, cases, sample) < 1e-6:
+        return "the population variance divides by C, not C - 1 (torch.var needs correction=0)"
+    return ("normalise each row over its last dimension (dim=-1): subtract its mean, divide by the square root of "
+            "its population variance (divide by C, not C - 1)")
+
+
 # ---------------------------------------------------------------- 2. LayerNorm
 def _ref_layer_norm(x, weight, bias, eps):
     """``F.layer_norm`` in float64 (for float32 inputs too), returned in ``x``'s dtype."""
@@ -93,8 +152,7 @@ def check_layer_norm_rows(fn) -> CheckResult:
         ("unit weight, zero bias, eps = 0",
          [{"x": torch.randn(3, 8, generator=g, dtype=D), "weight": torch.ones(8, dtype=D),
            "bias": torch.zeros(8, dtype=D), "eps": 0.0}],
-         "normalise each row: subtract its mean, divide by the square root of its population variance (divide by "
-         "C, not C - 1)"),
+         _ln_unit_hint),
         ("random weight and bias, eps = 0", [case((4, 6)), case((2, 3, 16), scale=5.0, offset=3.0)],
          "after normalising, multiply by weight and add bias, feature by feature"),
         ("eps > 0", [case((5, 4), eps=1e-5), case((5, 4), eps=0.5)],
@@ -105,8 +163,7 @@ def check_layer_norm_rows(fn) -> CheckResult:
         ("float32 rows with a large mean",
          [{"x": (torch.randn(4, 64, generator=g, dtype=D) + 1e3).float(),
            "weight": torch.randn(64, generator=g).float(), "bias": torch.randn(64, generator=g).float(), "eps": 1e-5}],
-         "the mean is 1000 times the spread: E[x^2] - E[x]^2 subtracts two float32 numbers near 1e6 whose difference "
-         "is mostly rounding; compute the mean first, then the mean of (x - mean)^2 (two passes)",
+         _large_mean_hint("1e6", 1e3),
          {"atol": 1e-3, "rtol": 1e-4}),  # float32: a two-pass answer is within 2e-4 of float64, one pass is not
     ]
     return _groups("layer_norm_rows", fn, _ref_layer_norm, groups, atol=1e-8, rtol=1e-8,
@@ -119,6 +176,14 @@ def _ref_variance(x):
     return x.double().var(dim=-1, correction=0).to(x.dtype)
 
 
+def _variance_hint(fn, cases):
+    sample = lambda case: case["x"].shape[-1] / (case["x"].shape[-1] - 1)  # noqa: E731  n / (n - 1)
+    if _worst_ratio_error(fn, _ref_variance, cases, sample) < 1e-6:
+        return "the population variance divides by n, not n - 1"
+    return ("the population variance of each row: the mean over the last dimension of (x - mean)^2, with the "
+            "row's own mean (keepdim=True so it broadcasts), not its square root")
+
+
 def check_two_pass_variance(fn) -> CheckResult:
     """``fn(x (..., n)) -> (...)``: (1/n) sum_i (x_i - mean)^2 over the last dimension, in x's dtype, accurate to
     a relative 1e-4 in float32 even when the mean is 10^4 times the spread."""
@@ -126,23 +191,58 @@ def check_two_pass_variance(fn) -> CheckResult:
     groups = [
         ("float64 rows", [{"x": torch.randn(4, 10, generator=g, dtype=D) * 2 + 1},
                           {"x": torch.randn(7, generator=g, dtype=D)}],
-         "the population variance divides by n, not n - 1"),
+         _variance_hint),
         ("one value per row", [{"x": torch.randn(3, 1, generator=g, dtype=D)}],
          "a single value has variance 0"),
         ("constant rows", [{"x": torch.full((2, 6), 0.1, dtype=torch.float32)}],
          "the variance of a constant row is exactly 0 (never negative)"),
         ("float32 with a large mean", [{"x": (torch.randn(3, 1000, generator=g, dtype=D) + 1e4).float()},
                                        {"x": (torch.rand(2, 500, generator=g, dtype=D) * 0.01 + 300.0).float()}],
-         "E[x^2] - E[x]^2 subtracts two numbers near 1e8 that agree in every float32 digit; compute the mean "
-         "first, then average (x - mean)^2 (two passes)"),
+         _large_mean_hint("1e8", 1e4)),
     ]
-    return _groups("two_pass_variance", fn, _ref_variance, groups, atol=1e-7, rtol=1e-4,
+    return _groups("two_pass_variance", fn, _ref_variance, groups, atol=1e-7, rtol=1e-4, same_dtype=True,
                    shape_hint="average over the last dimension and drop it: x (..., n) gives (...); keep the "
                               "dimension only for the mean you subtract")
+
+
+# ---------------------------------------------------------------- 4. LayerNorm's backward pass
+def _ref_layer_norm_backward(x, g, eps):
+    """``dL/dx`` by autograd through ``F.layer_norm`` (no gamma, beta), for ``g = dL/dxhat``; float64."""
+    x = x.detach().double().requires_grad_()
+    (grad,) = torch.autograd.grad(F.layer_norm(x, (x.shape[-1],), eps=eps), x, g.double())
+    return grad
+
+
+def check_layer_norm_backward(fn) -> CheckResult:
+    """``fn(x (..., C), g (..., C), eps) -> (..., C)``: ``dL/dx = r (g - mean(g) - xhat mean(g xhat))`` with
+    ``r = 1 / sqrt(sigma^2 + eps)``, means over the last dimension; float64 cases to 1e-9. The first two groups
+    have the answer 0 (``J`` annihilates the constant vector, and ``x`` itself when eps = 0), so each catches
+    one missing term."""
+    g = generator(10)
+    x1, x2 = torch.randn(4, 6, generator=g, dtype=D) * 2 + 1, torch.randn(3, 5, generator=g, dtype=D) * 3 - 2
+    xhat2 = F.layer_norm(x2, (5,))  # eps = 0 below, so g = xhat is proportional to x - mu
+    groups = [
+        ("g constant over the features", [{"x": x1, "g": torch.full((4, 6), 0.7, dtype=D), "eps": 1e-5}],
+         "the answer is 0 here: LayerNorm ignores a common shift of x, so dL/dx has no component along (1, ..., 1); "
+         "subtract mean(g) (over the last dimension, keepdim=True)"),
+        ("g = xhat, eps = 0", [{"x": x2, "g": xhat2, "eps": 0.0}],
+         "the answer is 0 here: with eps = 0 LayerNorm ignores the scale of x too; subtract xhat * mean(g * xhat), "
+         "with xhat from the population variance (divide by C, not C - 1), so that mean(xhat^2) = 1"),
+        ("random g, eps = 0", [{"x": x1, "g": torch.randn(4, 6, generator=g, dtype=D), "eps": 0.0},
+                               {"x": torch.randn(2, 3, 8, generator=g, dtype=D), "g": torch.randn(2, 3, 8, generator=g,
+                                                                                                 dtype=D), "eps": 0.0}],
+         "multiply by r = 1/sqrt(sigma^2 + eps), sigma^2 the population variance of the row (divide by C, not "
+         "C - 1), and use means (divide by C), not sums"),
+        ("eps > 0", [{"x": x2, "g": torch.randn(3, 5, generator=g, dtype=D), "eps": 0.5}],
+         "eps goes inside the square root: r = 1/sqrt(sigma^2 + eps), and xhat = (x - mu) * r uses the same r"),
+    ]
+    return _groups("layer_norm_backward", fn, _ref_layer_norm_backward, groups, atol=1e-9, rtol=1e-9,
+                   shape_hint="dL/dx has the shape of x; keep the reduced dimension (keepdim=True) for every mean")
 
 
 EXERCISES = {
     "stable_logsumexp": check_stable_logsumexp,
     "layer_norm_rows": check_layer_norm_rows,
     "two_pass_variance": check_two_pass_variance,
+    "layer_norm_backward": check_layer_norm_backward,
 }
