@@ -61,6 +61,44 @@ def _softmax_by_rows(z):  # right: one row at a time, in Python, with the max sh
     return torch.tensor(out, dtype=z.dtype).reshape(z.shape)
 
 
+def _softmax_float32(z):  # computes in float32: off by ~4e-8
+    return stable_softmax(z.float())
+
+
+# ---- softmax_jacobian_at -------------------------------------------------------------------------------------
+
+
+def softmax_jacobian_at(z):
+    p = torch.softmax(z, dim=-1)
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def _jacobian_naive(z):  # exp without the shift: NaN for logits near 1000
+    p = torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+def _jacobian_by_autograd(z):  # right: torch.func.jacrev of torch.softmax, vmapped over the batch
+    f = torch.func.jacrev(lambda row: torch.softmax(row, -1))
+    flat = z.reshape(-1, z.shape[-1])
+    return torch.func.vmap(f)(flat).reshape(*z.shape, z.shape[-1])
+
+
+def _jacobian_by_loops(z):  # right: p_i (δ_ij - p_j) entry by entry
+    p = torch.softmax(z, -1)
+    n = z.shape[-1]
+    J = torch.empty(*z.shape, n, dtype=z.dtype)
+    for i in range(n):
+        for j in range(n):
+            J[..., i, j] = p[..., i] * ((1.0 if i == j else 0.0) - p[..., j])
+    return J
+
+
+def _jacobian_einsum(z):  # right: einsum for the outer product
+    p = torch.softmax(z, -1)
+    return torch.diag_embed(p) - torch.einsum("...i,...j->...ij", p, p)
+
+
 # ---- top_p_filter --------------------------------------------------------------------------------------------
 
 
@@ -94,6 +132,13 @@ def _top_p_by_count(logits, top_p):  # right: the nucleus size k per row, then k
     k = ((torch.cumsum(sorted_p, -1) - sorted_p) < top_p).sum(-1, keepdim=True)  # tokens needed to reach p
     kth = torch.gather(torch.sort(logits, dim=-1, descending=True).values, -1, k - 1)
     return torch.where(logits >= kth, logits, -torch.inf)
+
+
+def _top_p_ascending(logits, top_p):  # right: Hugging Face's TopPLogitsWarper (sort ascending, drop mass <= 1 - p)
+    sorted_z, order = torch.sort(logits, dim=-1, descending=False)
+    drop_sorted = torch.cumsum(torch.softmax(sorted_z, -1), -1) <= 1 - top_p
+    drop_sorted[..., -1] = False  # the most probable token is always kept
+    return logits.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), float("-inf"))
 
 
 def _top_p_loop(logits, top_p):  # right: a Python loop over each row
@@ -149,10 +194,11 @@ def _chi2_loop(counts, probs):  # right: plain Python over the rows
     return torch.tensor(out, dtype=torch.float64).reshape(counts.shape[:-1])
 
 
-def _chi2_expanded(counts, probs):  # right: X² = Σ O²/E - N over the tokens with p > 0 (counts there are 0 anyway)
+def _chi2_expanded(counts, probs):  # right: X² = Σ O²/E - 2 Σ O + Σ E over the tokens with p > 0 (and Σ E = N)
     n = counts.sum(-1, keepdim=True).double()
-    e = n * probs
-    return torch.where(probs > 0, counts.double() ** 2 / torch.where(probs > 0, e, 1.0), 0.0).sum(-1) - n[..., 0]
+    e, keep = n * probs, probs > 0
+    o2_over_e = torch.where(keep, counts.double() ** 2 / torch.where(keep, e, 1.0), 0.0).sum(-1)
+    return o2_over_e - 2 * torch.where(keep, counts, 0).sum(-1) + n[..., 0]
 
 
 def _chi2_unmasked(counts, probs):  # divides by E = 0 for a removed token: 0/0 = NaN
@@ -172,6 +218,28 @@ def _chi2_frequencies(counts, probs):  # frequencies instead of counts: X² / N
     return torch.where(keep, (f - probs) ** 2 / torch.where(keep, probs, 1.0), 0.0).sum(-1)
 
 
+def _chi2_epsilon(counts, probs):  # no mask: divides by E + 1e-12, so a drawn removed token explodes
+    e = counts.sum(-1, keepdim=True) * probs
+    return ((counts - e) ** 2 / (e + 1e-12)).sum(-1)
+
+
+def _chi2_nansum(counts, probs):  # nansum skips 0/0 but not 2²/0 = inf
+    e = counts.sum(-1, keepdim=True) * probs
+    return ((counts - e) ** 2 / e).nansum(-1)
+
+
+def _chi2_n_is_v(counts, probs):  # N taken as the vocabulary size
+    e = counts.shape[-1] * probs
+    keep = probs > 0
+    return torch.where(keep, (counts - e) ** 2 / torch.where(keep, e, 1.0), 0.0).sum(-1)
+
+
+def _chi2_absolute(counts, probs):  # |O - E| instead of (O - E)²
+    e = counts.sum(-1, keepdim=True) * probs
+    keep = probs > 0
+    return torch.where(keep, (counts - e).abs() / torch.where(keep, e, 1.0), 0.0).sum(-1)
+
+
 def _chi2_neyman(counts, probs):  # divides by the observed count instead of the expected one
     e = counts.sum(-1, keepdim=True) * probs
     keep = probs > 0
@@ -187,28 +255,43 @@ CATALOGUE = {
             (_shifted_softmax(lambda z: z.amin(-1, keepdim=True)), ["NaN", "case 7", "minimum, mean or first"]),
             (_shifted_softmax(lambda z: z.mean(-1, keepdim=True)), ["NaN", "case 7", "minimum, mean or first"]),
             (_shifted_softmax(lambda z: z[..., :1]), ["NaN", "case 7", "minimum, mean or first"]),
-            (lambda z: stable_softmax(z.T).T if z.dim() > 1 else stable_softmax(z), ["differs in", "case 2"]),
+            (lambda z: stable_softmax(z.T).T if z.dim() > 1 else stable_softmax(z), ["differs in", "case 2", "dim=-1"]),
             (lambda z: stable_softmax(z).sum(-1), ["shape"]),
+            (_softmax_float32, ["differs in", "case 1", "float32 round-off", "float64"]),
         ],
         "right": [_softmax_numpy, _softmax_via_logsumexp, _softmax_by_rows],
     },
+    "softmax_jacobian_at": {
+        "wrong": [
+            (lambda z: -softmax_jacobian_at(z), ["differs in", "case 1", "sign is flipped"]),
+            (lambda z: torch.diag_embed(torch.softmax(z, -1)), ["differs in", "case 1", "subtract p pᵀ"]),
+            (lambda z: -torch.softmax(z, -1).unsqueeze(-1) * torch.softmax(z, -1).unsqueeze(-2),
+             ["differs in 3 of 9", "case 1", "add diag(p)"]),
+            (lambda z: torch.diag_embed(z) - z.unsqueeze(-1) * z.unsqueeze(-2), ["case 1", "not of the logits z"]),
+            (lambda z: torch.eye(z.shape[-1], dtype=z.dtype) - torch.softmax(z, -1).unsqueeze(-2).expand(
+                *z.shape, z.shape[-1]), ["case 1", "Jacobian of log-softmax"]),
+            (_jacobian_naive, ["NaN", "case 3", "stable"]),
+            (lambda z: softmax_jacobian_at(z)[..., 0, :], ["shape", "case 1"]),
+        ],
+        "right": [_jacobian_by_autograd, _jacobian_by_loops, _jacobian_einsum],
+    },
     "top_p_filter": {
         "wrong": [
-            (_cum_including_self, ["differs in", "case 1"]),
+            (_cum_including_self, ["differs in", "case 1", "belongs to the nucleus"]),
             (_unsorted, ["differs in", "case 2", "sort by probability"]),
             (lambda logits, top_p: torch.where(torch.softmax(logits, -1) >= 1 - top_p, logits, -torch.inf),
              ["differs"]),
             (_strict_boundary, ["differs in 1 of 4", "case 6", "not 3"]),
-            (_sorted_order_returned, ["differs in", "case 2"]),
+            (_sorted_order_returned, ["differs in", "case 2", "original token order"]),
         ],
-        "right": [_top_p_by_count, _top_p_loop],
+        "right": [_top_p_by_count, _top_p_loop, _top_p_ascending],
     },
     "sequence_log_prob": {
         "wrong": [
             (lambda logits, tokens: _picked(torch.softmax(logits, -1), tokens).prod(-1),
              ["differs in", "case 1", "do not multiply"]),  # a probability, not a log-probability
             (lambda logits, tokens: _picked(torch.log(torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)),
-                                            tokens).sum(-1), ["case 3"]),  # naive: -inf / NaN on huge logits
+                                            tokens).sum(-1), ["case 3", "overflows"]),  # naive: NaN on huge logits
             (lambda logits, tokens: _picked(torch.log(torch.softmax(logits, -1)), tokens).sum(-1),
              ["case 5", "-inf", "log_softmax"]),  # log of a probability that rounded to 0
             (lambda logits, tokens: sequence_log_prob(logits, tokens).mean() if logits.dim() > 2
@@ -216,6 +299,7 @@ CATALOGUE = {
             (lambda logits, tokens: _picked(torch.log_softmax(logits, -1), tokens).mean(-1),
              ["differs in", "case 1"]),  # the mean over positions, not the sum
             (_shifted_alignment, ["differs in", "case 1", "scores tokens[..., t]"]),
+            (lambda logits, tokens: -sequence_log_prob(logits, tokens), ["differs in", "case 1", "sign is flipped"]),
         ],
         "right": [_seq_by_logsumexp, _seq_by_cross_entropy],
     },
@@ -226,6 +310,10 @@ CATALOGUE = {
             (_chi2_frequencies, ["differs in", "case 1", "use counts, not frequencies"]),
             (_chi2_neyman, ["differs in", "case 1", "divide by the expected count"]),
             (lambda counts, probs: chi_square_statistic(counts, probs).sum(), ["shape", "case 2"]),
+            (_chi2_epsilon, ["differs in", "case 5", "even when their count is not 0"]),
+            (_chi2_nansum, ["case 5", "even when their count is not 0"]),
+            (_chi2_n_is_v, ["differs in", "case 1", "not the number of tokens"]),
+            (_chi2_absolute, ["differs in", "case 1", "square the difference"]),
         ],
         "right": [_chi2_loop, _chi2_expanded],
     },
@@ -234,10 +322,12 @@ CATALOGUE = {
 
 def test_registry():
     assert registry(2) == ch2.EXERCISES
-    assert set(ch2.EXERCISES) == {"stable_softmax", "top_p_filter", "sequence_log_prob", "chi_square_statistic"}
+    assert set(ch2.EXERCISES) == {"stable_softmax", "softmax_jacobian_at", "top_p_filter", "sequence_log_prob",
+                                  "chi_square_statistic"}
 
 
-@pytest.mark.parametrize("fn", [stable_softmax, top_p_filter, sequence_log_prob, chi_square_statistic])
+@pytest.mark.parametrize("fn", [stable_softmax, softmax_jacobian_at, top_p_filter, sequence_log_prob,
+                                chi_square_statistic])
 def test_solutions_pass(fn):
     result = ch2.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -260,8 +350,24 @@ def test_correct_alternative_accepted(name, right):
 
 
 def test_top_p_boundary_case_is_exact():
-    """The case [.5, .25, .125, .125], p = .75 relies on exact arithmetic: the first two reach .75 exactly."""
-    z = torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125], dtype=torch.float64))
-    p = torch.softmax(z, -1)
+    """The case [.1875, .5, .0625, .25], p = .75 relies on exact arithmetic: the two most probable reach .75
+    exactly, with a descending cumulative sum and with Hugging Face's ascending one (the review found the old case
+    [.5, .25, .125, .125] rejecting that correct answer through round-off)."""
+    z = torch.log(torch.tensor([0.1875, 0.5, 0.0625, 0.25], dtype=torch.float64))
+    p = torch.sort(torch.softmax(z, -1), descending=True).values
     assert float(p[:2].sum()) == 0.75
-    assert torch.isfinite(top_p_filter(z, 0.75)).tolist() == [True, True, False, False]
+    assert float(p.flip(0)[:2].sum()) <= 0.25
+    for fn in (top_p_filter, _top_p_ascending, _top_p_loop):
+        assert torch.isfinite(fn(z, 0.75)).tolist() == [False, True, False, True]
+
+
+@pytest.mark.parametrize(("name", "wrong", "not_words"), [
+    ("sequence_log_prob", lambda logits, tokens: -sequence_log_prob(logits, tokens), ["aligned", "multiply"]),
+    ("chi_square_statistic", _chi2_absolute, ["frequencies", "expected count"]),
+    ("chi_square_statistic", _chi2_n_is_v, ["frequencies", "whole batch"]),
+    ("stable_softmax", _softmax_float32, ["overflows", "maximum"]),
+])
+def test_a_hint_fires_only_for_its_own_mistake(name, wrong, not_words):
+    """The review found case-1 hints blaming unrelated mistakes (a sign error told about alignment)."""
+    message = ch2.EXERCISES[name](wrong).message
+    assert not any(w in message for w in not_words), message

@@ -2,14 +2,16 @@
 
 Given logits ``z`` (..., V), :func:`filter_logits` applies, in this order,
 
-* temperature ``T > 0``:   z ← z / T                (T → 0: argmax, tied maxima sharing; T → ∞: uniform)
+* temperature ``T > 0``:   z ← (z - max z) / T      (T → 0: argmax, tied maxima sharing; T → ∞: uniform; the
+                                                    shift changes no probability and keeps z / T finite)
 * top-k:                   keep the k largest z_i   (ties with the k-th are kept, so more than k may survive)
 * top-p (nucleus):         keep the smallest set of most probable tokens whose probability reaches p, the
                            probabilities being softmax of what temperature and top-k left (renormalised)
 
 and sets every removed logit to ``-inf``; :func:`sample` draws one token per row from ``softmax`` of the result by
 inverting the cumulative distribution with a seeded ``torch.Generator``. Greedy decoding (T = 0) is not a
-temperature: write ``logits.argmax(-1)``.
+temperature: write ``logits.argmax(-1)``. float16 and bfloat16 logits are filtered and sampled in float32 (their
+cumulative sums would lose the small probabilities); :func:`filter_logits` returns the input's dtype.
 """
 
 from __future__ import annotations
@@ -40,15 +42,34 @@ def _validate(logits, temperature, top_k, top_p) -> None:
         raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
+def _work_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for float16/bfloat16 (their cumulative sums lose small probabilities), else the input's dtype."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
 def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None) -> torch.Tensor:
-    """Logits (..., V) divided by ``temperature``, with ``-inf`` at every token top-k or top-p removes.
+    """Logits (..., V) divided by ``temperature``, with ``-inf`` at every token top-k or top-p removes; same dtype
+    (computed in float32 for float16/bfloat16).
 
-    ``top_k`` larger than V keeps everything; ``top_p = 1`` keeps everything; the most probable token is always
-    kept, so every row keeps at least one token.
+    With ``temperature != 1`` each row's (finite) maximum is subtracted before the division, so that a tiny T gives
+    0 at the maximum and ``-inf`` elsewhere instead of overflowing (softmax is unchanged by the shift); with T = 1
+    the kept logits are returned unchanged. ``top_k`` larger than V keeps everything; ``top_p = 1`` keeps
+    everything; the most probable token is always kept, so every row keeps at least one token.
     """
     _validate(logits, temperature, top_k, top_p)
-    z = logits / temperature  # z / T   (..., V)
+    return _filter(logits, temperature, top_k, top_p).to(logits.dtype)
+
+
+def _filter(logits, temperature, top_k, top_p) -> torch.Tensor:
+    """:func:`filter_logits` computed in :func:`_work_dtype` (float32 for float16/bfloat16 logits)."""
+    logits = logits.to(_work_dtype(logits))
+    if temperature == 1:
+        z = logits
+    else:
+        m = logits.amax(dim=-1, keepdim=True)  # the row maximum   (..., 1)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # an all -inf or +inf row is left to sample
+        z = (logits - m) / temperature  # (z - max z) / T <= 0: cannot overflow   (..., V)
     if top_k is not None and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]  # the k-th largest logit   (..., 1)
         z = z.masked_fill(z < kth, float("-inf"))  # keep z_i >= z_(k)
@@ -70,14 +91,17 @@ def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None 
     logits (..., V) -> (...): one token per row; with ``num_samples=n``, (..., n): n independent tokens per row
     (the distribution is computed once, so many draws never build an (n, V) matrix).
     Inverse-CDF sampling: with ``u ~ U[0, 1)`` from ``generator``, return the first i with
-    ``F_i = p_1 + ... + p_i > u · F_V``; a token of probability 0 can never be drawn.
+    ``F_i = p_1 + ... + p_i > u · F_V``; a token of probability 0 can never be drawn. p, F and u are float32 for
+    float16/bfloat16 logits, else in the logits' dtype.
     """
     if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
                                     or num_samples < 1):
         raise ValueError(f"num_samples must be None or an int >= 1, got {num_samples!r}")
-    probs = softmax(filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p), dim=-1)  # (..., V)
+    _validate(logits, temperature, top_k, top_p)
+    probs = softmax(_filter(logits, temperature, top_k, top_p), dim=-1)  # (..., V), at least float32
     if torch.isnan(probs).any():
-        raise ValueError("logits contain NaN, or a row is entirely -inf: there is no distribution to sample from")
+        raise ValueError("logits contain NaN or +inf, or a row is entirely -inf: there is no distribution to "
+                         "sample from")
     cdf = torch.cumsum(probs, dim=-1)  # F_i   (..., V)
     n = 1 if num_samples is None else num_samples
     u = torch.rand((*probs.shape[:-1], n), generator=generator, dtype=probs.dtype, device=probs.device)

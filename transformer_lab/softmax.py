@@ -5,7 +5,8 @@ The output layer of a language model turns a vector of scores (logits) into a di
     P(y | x) = softmax(W x + b),    softmax(z)_i = exp(z_i) / sum_j exp(z_j).
 
 Both functions here subtract the row maximum first (softmax is invariant to adding a constant, chapter 2 proves
-it), so no ``exp`` ever overflows. Everything works in float32 and float64 and is differentiable by autograd.
+it), so no ``exp`` ever overflows. Everything works in float32 and float64 and is differentiable by autograd, in
+reverse and forward mode (``torch.func.jacrev``, ``jacfwd``, ``jvp``, ``hessian``).
 """
 
 from __future__ import annotations
@@ -44,14 +45,15 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 class _Softmax(torch.autograd.Function):
-    """softmax with its backward written from the Jacobian, ∂L/∂z = J ᵀg = p ⊙ (g − ⟨g, p⟩).
+    """softmax with its backward and forward-mode derivatives written from the Jacobian, ∂L/∂z = Jᵀg = p ⊙ (g − ⟨g, p⟩)
+    and ṗ = J t = p ⊙ (t − ⟨t, p⟩) (J is symmetric).
 
     One saved tensor and three operations instead of autograd's trace through max, exp, sum and divide: the
     backward pass is chapter 2's Jacobian, written once. (The attention core has its own base-2 copy of the
     forward, fused with the masking, in :mod:`transformer_lab.attention`.)
     """
 
-    generate_vmap_rule = True  # so torch.func transforms (jacrev, vmap) work through it
+    generate_vmap_rule = True  # so torch.func transforms (jacrev, jacfwd, vmap) work through it
 
     @staticmethod
     def forward(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -62,7 +64,14 @@ class _Softmax(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output)
+        ctx.save_for_forward(output)
         ctx.dim = inputs[1]
+
+    @staticmethod
+    def jvp(ctx, t: torch.Tensor, _dim_tangent):
+        """Forward mode (torch.func.jvp, jacfwd, hessian): ṗ = J t = p ⊙ (t − ⟨t, p⟩)."""
+        (p,) = ctx.saved_tensors
+        return p * (t - (t * p).sum(dim=ctx.dim, keepdim=True))
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):

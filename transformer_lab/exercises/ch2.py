@@ -1,13 +1,18 @@
-"""Chapter 2 exercises (probability): a stable softmax, nucleus filtering, the chain rule in log space, and the
-chi-square statistic of a sampler check.
+"""Chapter 2 exercises (probability): a stable softmax, the softmax Jacobian, nucleus filtering, the chain rule in
+log space, and the chi-square statistic of a sampler check.
 
 Each ``check_<name>(fn)`` compares a student's function with ours on float64 inputs (random rows, logits of
 ±1000 and more, tied logits, rows whose maximum is not the first entry, a nucleus that reaches ``top_p`` exactly,
-length-1 sequences) and returns a :class:`~transformer_lab.exercises.CheckResult` saying what differs, with a hint
-for the typical mistake where the failing case points to one.
+length-1 sequences, a count at a removed token) and returns a :class:`~transformer_lab.exercises.CheckResult`
+saying what differs. A hint is added only when the student's output on the failing case equals what a typical
+mistake gives (or shows its symptom, such as NaN), so it never blames the wrong mistake.
 """
 
 from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
 
 import torch
 
@@ -15,9 +20,55 @@ from transformer_lab.exercises import CheckResult, check_function, randn
 from transformer_lab.sampling import filter_logits
 from transformer_lab.softmax import log_softmax
 from transformer_lab.softmax import softmax as _softmax
+from transformer_lab.softmax import softmax_jacobian as _jacobian_from_p
 
-__all__ = ["EXERCISES", "check_chi_square_statistic", "check_sequence_log_prob", "check_stable_softmax",
-           "check_top_p_filter"]
+__all__ = ["EXERCISES", "check_chi_square_statistic", "check_sequence_log_prob", "check_softmax_jacobian_at",
+           "check_stable_softmax", "check_top_p_filter"]
+
+Mistake = tuple[Callable[[dict, torch.Tensor, torch.Tensor], bool], str]  # ((case, got, expected) -> shows it?, hint)
+
+
+def _same(got, value: torch.Tensor) -> bool:
+    """``got`` equals ``value`` (NaN where it is NaN) up to round-off (1e-6 relative): the same formula."""
+    return (isinstance(got, torch.Tensor) and got.shape == value.shape
+            and torch.allclose(got.detach().double(), value.double(), rtol=1e-6, atol=1e-9, equal_nan=True))
+
+
+def _like(mistake: Callable) -> Callable[[dict, torch.Tensor, torch.Tensor], bool]:
+    """A predicate: on this case ``mistake`` gives a wrong answer, and the student's output is that answer."""
+    def matches(case: dict, got, expected) -> bool:
+        with torch.no_grad():
+            value = mistake(**case)
+        return _same(got, value) and not _same(expected, value)
+    return matches
+
+
+def _has_nan(case: dict, got, expected) -> bool:
+    return isinstance(got, torch.Tensor) and bool(torch.isnan(got).any())
+
+
+def _check(name: str, fn, reference, cases, mistakes: list[Mistake], **tol) -> CheckResult:
+    """:func:`check_function`, then the hint of the first typical mistake that the failing output matches."""
+    cases = list(cases)
+    result = check_function(name, fn, reference, cases, **tol)
+    found = re.search(r"\(on case (\d+):", result.message)
+    if result.passed or found is None or result.message.startswith("raised") or "has shape" in result.message:
+        return result
+    case = cases[int(found.group(1)) - 1]
+    clone = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in case.items()}
+    try:
+        got = fn(*(clone[p] for p in inspect.signature(reference).parameters))
+    except Exception:  # it ran once already; a second failure just means no hint
+        return result
+    expected = reference(**case)
+    for matches, hint in mistakes:
+        try:
+            hit = matches(case, got, expected)
+        except Exception:
+            hit = False
+        if hit:
+            return CheckResult(result.name, False, f"{result.message} (hint: {hint})")
+    return result
 
 
 def _softmax_reference(z):
@@ -37,28 +88,78 @@ def _softmax_cases(seed: int = 0):
     yield {"z": torch.tensor([[2.0, 2.0, -1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)}  # tied maxima
 
 
-_SHIFT_HINT = {7: " (hint: shift each row by its own maximum, so that every exponent is <= 0; a shift by the "
-                  "row's minimum, mean or first entry still leaves an exponent of +1000 here)",
-               3: " (hint: exp(1000) overflows; subtract each row's maximum before exp)",
-               5: " (hint: one maximum for the whole batch leaves a row far below it with exp = 0 everywhere: "
-                  "use each row's own maximum, amax(dim=-1, keepdim=True))"}
+def _shifted(shift):
+    def softmax_shifted(z):
+        e = torch.exp(z - shift(z))
+        return e / e.sum(-1, keepdim=True)
+    return softmax_shifted
 
 
-def _with_hint(result: CheckResult, hints: dict[int, str]) -> CheckResult:
-    """``result`` with the hint for its failing case appended (the message ends in "(on case n: ...)"); a wrong
-    shape or a crash explains itself and gets no hint."""
-    if result.passed or "has shape" in result.message or result.message.startswith("raised"):
-        return result
-    for case, hint in hints.items():
-        if f"on case {case}:" in result.message:
-            return CheckResult(result.name, False, result.message + hint)
-    return result
+def _float32_like(case, got, expected) -> bool:
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return False
+    return got.dtype != expected.dtype or float((got.detach().double() - expected).abs().max()) < 1e-6
+
+
+_SOFTMAX_MISTAKES: list[Mistake] = [
+    (_like(_shifted(lambda z: z.max())), "one maximum for the whole batch leaves a row far below it with exp = 0 "
+                                         "everywhere: use each row's own maximum, amax(dim=-1, keepdim=True)"),
+    (_like(_shifted(lambda z: 0)), "exp(1000) overflows: subtract each row's maximum before exp"),
+    (lambda c, got, e: any(_like(_shifted(s))(c, got, e) for s in (lambda z: z.amin(-1, keepdim=True),
+                                                             lambda z: z.mean(-1, keepdim=True),
+                                                             lambda z: z[..., :1])),
+     "shift each row by its own maximum, so that every exponent is <= 0; a shift by the row's minimum, mean or "
+     "first entry still leaves an exponent of +1000 here"),
+    (_like(lambda z: _softmax(z, dim=0)), "the softmax is over the last dimension (dim=-1), each row separately"),
+    (_float32_like, "the difference is float32 round-off: compute in the input's dtype (float64), without "
+                    "converting to float32"),
+]
 
 
 def check_stable_softmax(fn) -> CheckResult:
     """``stable_softmax(z)``: softmax over the last dimension that survives logits of ±1000 in any position."""
-    result = check_function("stable_softmax", fn, _softmax_reference, _softmax_cases(), atol=1e-12, rtol=1e-10)
-    return _with_hint(result, _SHIFT_HINT)
+    return _check("stable_softmax", fn, _softmax_reference, _softmax_cases(), _SOFTMAX_MISTAKES,
+                  atol=1e-12, rtol=1e-10)
+
+
+def _jacobian_reference(z):
+    return _jacobian_from_p(_softmax(z, dim=-1))  # J = diag(p) - p pᵀ with p = softmax(z)   (..., n, n)
+
+
+def _jacobian_cases(seed: int = 4):
+    gen = torch.Generator().manual_seed(seed)
+    yield {"z": torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)}
+    yield {"z": randn(gen, 4, 5, scale=2)}  # a batch: one n x n matrix per row
+    yield {"z": torch.tensor([[3.0, 3.0, 0.0, -2.0]], dtype=torch.float64) + 1000.0}  # needs the stable softmax
+    yield {"z": torch.tensor([0.7], dtype=torch.float64)}  # n = 1: J = p(1 - p) = 0
+
+
+def _diag(z):
+    return torch.diag_embed(_softmax(z, dim=-1))
+
+
+def _outer(z):
+    p = _softmax(z, dim=-1)
+    return p.unsqueeze(-1) * p.unsqueeze(-2)
+
+
+_JACOBIAN_MISTAKES: list[Mistake] = [
+    (_like(lambda z: -_jacobian_reference(z)), "the sign is flipped: ∂p_i/∂z_i = p_i(1 - p_i) > 0 on the diagonal, "
+                                               "so J = diag(p) - p pᵀ"),
+    (_like(_diag), "diag(p) alone forgets that raising z_j lowers every other p_i: subtract p pᵀ"),
+    (_like(lambda z: -_outer(z)), "-p pᵀ alone forgets the δ_ij term: add diag(p)"),
+    (_like(lambda z: torch.diag_embed(z) - z.unsqueeze(-1) * z.unsqueeze(-2)),
+     "the formula is in terms of p = softmax(z), not of the logits z"),
+    (_like(lambda z: torch.eye(z.shape[-1], dtype=z.dtype) - _softmax(z, dim=-1).unsqueeze(-2).expand(
+        *z.shape, z.shape[-1])), "that is the Jacobian of log-softmax, I - 1 pᵀ; multiply row i by p_i"),
+    (_has_nan, "exp overflows for logits near 1000: compute p with a stable (max-shifted) softmax"),
+]
+
+
+def check_softmax_jacobian_at(fn) -> CheckResult:
+    """``softmax_jacobian_at(z)``: ∂softmax(z)_i/∂z_j = p_i(δ_ij - p_j), z (..., n) -> (..., n, n)."""
+    return _check("softmax_jacobian_at", fn, _jacobian_reference, _jacobian_cases(), _JACOBIAN_MISTAKES,
+                  atol=1e-12, rtol=1e-10)
 
 
 def _top_p_reference(logits, top_p):
@@ -72,17 +173,41 @@ def _top_p_cases(seed: int = 1):
     yield {"logits": randn(gen, 4, 20, scale=2), "top_p": 0.9}
     yield {"logits": randn(gen, 3, 10), "top_p": 1.0}  # keeps everything
     yield {"logits": randn(gen, 6, 8, scale=3), "top_p": 0.05}  # keeps only the most probable token
-    # probabilities exactly [.5, .25, .125, .125] (tied last two): the first two reach p = .75 exactly, so the
-    # nucleus is those two; a strict "mass > p" rule keeps a third token
-    yield {"logits": torch.log(torch.tensor([0.125, 0.5, 0.125, 0.25], dtype=torch.float64)), "top_p": 0.75}
+    # probabilities [.1875, .5, .0625, .25]: the two most probable reach p = .75 exactly, so the nucleus is those
+    # two; a strict "mass > p" rule keeps a third token. These dyadic values make the boundary exact both for a
+    # descending cumulative sum and for an ascending one (Hugging Face's "drop while cumsum <= 1 - p")
+    yield {"logits": torch.log(torch.tensor([0.1875, 0.5, 0.0625, 0.25], dtype=torch.float64)), "top_p": 0.75}
     yield {"logits": torch.tensor([[1.0, 1.0, 0.0, -5.0], [3.0, -1.0, 3.0, 0.0]], dtype=torch.float64),
            "top_p": 0.6}  # ties inside the nucleus: every tied token is kept or dropped together
 
 
-_TOP_P_HINT = {6: " (hint: keep a token while the mass of the tokens ranked above it is < top_p; here the first "
-                  "two tokens reach 0.75 exactly, so the nucleus has 2 tokens, not 3)",
-               2: " (hint: sort by probability, descending, before the cumulative sum, and put the mask back in "
-                  "the original token order)"}
+def _top_p_by_rule(drop_rule, sort=True, restore=True):
+    """A top-p variant: sort (or not), drop where ``drop_rule(p, cumsum, top_p)``, put back in order (or not)."""
+    def variant(logits, top_p):
+        z, order = torch.sort(logits, dim=-1, descending=True) if sort else (logits, None)
+        p = torch.softmax(z, dim=-1)
+        drop = drop_rule(p, torch.cumsum(p, dim=-1), top_p)
+        if sort and restore:
+            drop = torch.zeros_like(drop).scatter(-1, order, drop)
+            z = logits
+        return z.masked_fill(drop, float("-inf"))
+    return variant
+
+
+_TOP_P_MISTAKES: list[Mistake] = [
+    (_like(_top_p_by_rule(lambda p, c, t: c - p > t)),
+     "keep a token while the mass of the tokens ranked above it is < top_p ('reaches' means >=; some code uses "
+     "'> top_p'); here the first two tokens reach 0.75 exactly, so the nucleus has 2 tokens, not 3"),
+    (_like(_top_p_by_rule(lambda p, c, t: c > t)),
+     "the token whose probability carries the mass past top_p belongs to the nucleus: drop a token only when the "
+     "tokens ranked above it already reach top_p"),
+    (_like(_top_p_by_rule(lambda p, c, t: c - p >= t, sort=False)),
+     "sort by probability, descending, before the cumulative sum, and put the mask back in the original token "
+     "order"),
+    (_like(_top_p_by_rule(lambda p, c, t: c - p >= t, restore=False)),
+     "the result is in sorted order: put the logits back in the original token order (scatter with the sort's "
+     "indices)"),
+]
 
 
 def check_top_p_filter(fn) -> CheckResult:
@@ -90,8 +215,7 @@ def check_top_p_filter(fn) -> CheckResult:
 
     Ties at the boundary of the nucleus (where the order among equal probabilities would decide) are not tested.
     """
-    result = check_function("top_p_filter", fn, _top_p_reference, _top_p_cases(), atol=1e-12, rtol=1e-12)
-    return _with_hint(result, _TOP_P_HINT)
+    return _check("top_p_filter", fn, _top_p_reference, _top_p_cases(), _TOP_P_MISTAKES, atol=1e-12, rtol=1e-12)
 
 
 def _seq_reference(logits, tokens):
@@ -109,19 +233,31 @@ def _seq_cases(seed: int = 2):
            "tokens": torch.tensor([1, 2])}
 
 
-_SEQ_HINT = {5: " (hint: log(softmax(z)) is -inf when a probability rounds to 0; use z - logsumexp(z), i.e. "
-                "log_softmax)",
-             1: " (hint: logits[..., t, :] scores tokens[..., t]; sum log-probabilities over t, do not multiply "
-                "probabilities or average)"}
+def _picked(values, tokens):
+    return values.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # values[..., t, tokens[..., t]]   (..., L)
+
+
+_SEQ_MISTAKES: list[Mistake] = [
+    (_like(lambda logits, tokens: -_seq_reference(logits, tokens)),
+     "the sign is flipped: that is the negative log-likelihood (the loss); a log-probability is <= 0"),
+    (_like(lambda logits, tokens: _picked(_softmax(logits, dim=-1), tokens).prod(-1)),
+     "that is the probability itself: sum log-probabilities over t, do not multiply probabilities"),
+    (_like(lambda logits, tokens: _picked(log_softmax(logits, dim=-1), tokens).mean(-1)),
+     "sum over the positions t, do not average"),
+    (_like(lambda logits, tokens: _picked(log_softmax(logits[..., :-1, :], dim=-1), tokens[..., 1:]).sum(-1)),
+     "the inputs are already aligned: logits[..., t, :] scores tokens[..., t], no shift"),
+    (lambda case, got, expected: isinstance(got, torch.Tensor) and bool(torch.isinf(got).any()),
+     "log(softmax(z)) is -inf when a probability rounds to 0; use z - logsumexp(z), i.e. log_softmax"),
+    (_has_nan, "exp(z) overflows for logits near 1000: use log_softmax (z - logsumexp(z)), which shifts by the max"),
+]
 
 
 def check_sequence_log_prob(fn) -> CheckResult:
-    """``sequence_log_prob(logits, tokens)``: Σ_t log softmax(logits[..., t, :])[tokens[..., t]], (..., T, V) -> (...).
+    """``sequence_log_prob(logits, tokens)``: Σ_t log softmax(logits[..., t, :])[tokens[..., t]], (..., L, V) -> (...).
 
     ``logits[..., t, :]`` is the model's score for the token ``tokens[..., t]`` (already aligned: no shift).
     """
-    result = check_function("sequence_log_prob", fn, _seq_reference, _seq_cases(), atol=1e-9, rtol=1e-10)
-    return _with_hint(result, _SEQ_HINT)
+    return _check("sequence_log_prob", fn, _seq_reference, _seq_cases(), _SEQ_MISTAKES, atol=1e-9, rtol=1e-10)
 
 
 def _chi2_reference(counts, probs):
@@ -141,20 +277,51 @@ def _chi2_cases(seed: int = 3):
     yield {"counts": torch.tensor([[70, 0, 30, 0], [10, 0, 0, 10]]),
            "probs": torch.tensor([[0.6, 0.0, 0.4, 0.0], [0.25, 0.0, 0.25, 0.5]], dtype=torch.float64)}  # p = 0
     yield {"counts": torch.tensor([1030, 1950, 7020]), "probs": torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64)}
+    # a removed token (p = 0) that was drawn twice: it is still left out of X² (the count check catches it)
+    yield {"counts": torch.tensor([60, 2, 38]), "probs": torch.tensor([0.6, 0.0, 0.4], dtype=torch.float64)}
 
 
-_CHI2_HINT = {1: " (hint: X² = Σ (O_i - E_i)² / E_i with E_i = N p_i, N the number of draws: divide by the "
-                 "expected count, and use counts, not frequencies)",
-              2: " (hint: N is the number of draws of each row, counts.sum(-1), not of the whole batch)",
-              3: " (hint: leave out the tokens with p_i = 0; a removed token is checked by its count being 0)"}
+def _chi2_with(divide_by=None, n=None, power=2):
+    """X² with one ingredient changed: the denominator, the N, or |O - E|^power."""
+    def variant(counts, probs):
+        total = counts.sum(-1, keepdim=True).double() if n is None else n(counts)
+        expected = total * probs
+        den = expected if divide_by is None else divide_by(counts, expected)
+        keep = probs > 0
+        terms = (counts - expected).abs() ** power / torch.where(keep, den, 1.0)
+        return torch.where(keep, terms, 0.0).sum(-1)
+    return variant
+
+
+def _counted_removed(case, got, expected) -> bool:
+    """A count at a p = 0 token turned into an enormous or infinite term."""
+    drawn_removed = ((case["probs"] == 0) & (case["counts"] > 0)).any()
+    return bool(drawn_removed) and isinstance(got, torch.Tensor) and bool((got.detach().abs() > 1e6).any())
+
+
+_CHI2_MISTAKES: list[Mistake] = [
+    (_has_nan, "leave out the tokens with p_i = 0: their expected count is 0, and 0/0 is NaN"),
+    (_counted_removed, "leave out the tokens with p_i = 0 even when their count is not 0: dividing by a zero (or "
+                       "tiny) expected count explodes; a drawn removed token is caught by its count, not by X²"),
+    (_like(lambda counts, probs: _chi2_reference(counts, probs) / counts.sum(-1)),
+     "use counts, not frequencies: with frequencies the statistic is X² / N"),
+    (_like(_chi2_with(divide_by=lambda counts, expected: counts.double())),
+     "divide by the expected count E_i = N p_i, not the observed one (that is Neyman's statistic)"),
+    (_like(_chi2_with(n=lambda counts: counts.sum().double())),
+     "N is the number of draws of each row, counts.sum(-1), not of the whole batch"),
+    (_like(_chi2_with(n=lambda counts: torch.tensor(float(counts.shape[-1]), dtype=torch.float64))),
+     "N is the number of draws, counts.sum(-1), not the number of tokens"),
+    (_like(_chi2_with(power=1)), "square the difference: (O_i - E_i)², not |O_i - E_i|"),
+]
 
 
 def check_chi_square_statistic(fn) -> CheckResult:
     """``chi_square_statistic(counts, probs)``: Pearson's X² = Σ_{p_i > 0} (O_i - N p_i)² / (N p_i) over the last
     dimension, counts (..., V) int, probs (..., V) -> (...)."""
-    result = check_function("chi_square_statistic", fn, _chi2_reference, _chi2_cases(), atol=1e-9, rtol=1e-10)
-    return _with_hint(result, _CHI2_HINT)
+    return _check("chi_square_statistic", fn, _chi2_reference, _chi2_cases(), _CHI2_MISTAKES,
+                  atol=1e-9, rtol=1e-10)
 
 
-EXERCISES = {"stable_softmax": check_stable_softmax, "top_p_filter": check_top_p_filter,
+EXERCISES = {"stable_softmax": check_stable_softmax, "softmax_jacobian_at": check_softmax_jacobian_at,
+             "top_p_filter": check_top_p_filter,
              "sequence_log_prob": check_sequence_log_prob, "chi_square_statistic": check_chi_square_statistic}
