@@ -1,6 +1,7 @@
 """The chapter-3 SymPy derivations close and agree numerically with our AdamW / WarmupCosine and torch's."""
 
 import sympy as sp
+import torch
 
 from transformer_lab.derivations import ch3
 
@@ -79,6 +80,36 @@ def test_schedule_properties():
 
 def test_check_numbers():
     res = ch3.check(seed=3)
-    assert len(res) == 9
+    assert len(res) == 13
     for name, value in res.items():
         assert value < 1e-12, name
+
+
+def test_worst_step_grows_to_its_limit_only_when_beta1_squared_below_beta2():
+    limit = float(ch3.adam_effective_step()["worst_default"])
+    values = [ch3.worst_step(t) for t in (60, 1000, 10000, 100000)]
+    assert values == sorted(values) and abs(values[0] - 1.758) < 1e-3  # t = 60: far below the limit 7.27
+    assert abs(values[-1] - limit) < 1e-9
+    assert abs(ch3.worst_history_step(1000) - values[1]) < 1e-12  # our AdamW on the maximizing history
+    grows = [ch3.worst_step(t, 0.9, 0.8) for t in (10, 100, 1000)]  # β₁² = 0.81 ≥ β₂ = 0.8: no limit
+    assert grows == sorted(grows) and grows[-1] > 10 * grows[0]
+
+
+def test_descent_lemma_bound_holds_on_a_logistic_loss():
+    """An instance beyond the quadratic: mean softplus(Xθ) is L-smooth with L = λmax(XᵀX)/(4n)."""
+    d = ch3.descent_lemma()
+    bound = sp.lambdify([d["loss"], ch3.eta, d["G"], d["L"]], d["bound"])
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(50, 4, generator=gen, dtype=torch.float64)
+    lip = float(torch.linalg.eigvalsh(X.T @ X / (4 * 50)).max())
+
+    def loss(theta):
+        return torch.nn.functional.softplus(X @ theta).mean()
+
+    for _ in range(20):
+        theta = torch.randn(4, generator=gen, dtype=torch.float64, requires_grad=True)
+        (grad,) = torch.autograd.grad(loss(theta), theta)
+        for step in (0.2 / lip, 1 / lip, 1.9 / lip):
+            after = float(loss(theta.detach() - step * grad))
+            assert after <= bound(float(loss(theta.detach())), step, float(grad @ grad), lip) + 1e-12
+            assert after < float(loss(theta.detach()))  # a decrease, as the lemma guarantees for η < 2/L

@@ -52,7 +52,8 @@ def adam_effective_step() -> dict[str, sp.Expr]:
     * a constant gradient g gives m̂ = g, v̂ = g² at every t (the bias correction), so Δ = η g/(|g| + ε);
     * a lone spike (g_i = 0 for i < t) gives η (1 − β₁)/√(1 − β₂) · sign g as t → ∞ (ε = 0);
     * over all histories, |m_t|/√v_t ≤ √(Σᵢ a_i²/b_i) (Cauchy–Schwarz, a_i, b_i the weights of m and v),
-      attained by g_i ∝ a_i/b_i; as t → ∞ that is (1 − β₁)/√((1 − β₂)(1 − β₁²/β₂)) when β₁² < β₂.
+      attained by g_i ∝ a_i/b_i (``worst_t``, in units of η, bias corrections included); as t → ∞ that is
+      (1 − β₁)/√((1 − β₂)(1 − β₁²/β₂)) when β₁² < β₂ (``worst``); when β₁² ≥ β₂ it grows without bound.
     """
     gr = sp.Symbol("g", real=True, nonzero=True)
     c = sp.Symbol("c", positive=True)
@@ -68,12 +69,14 @@ def adam_effective_step() -> dict[str, sp.Expr]:
     weights = sp.Sum((1 - beta1) ** 2 / (1 - beta2) * r**j, (j, 0, t - 1)).doit()  # Σ a_i²/b_i, j = t − i
     generic = sp.piecewise_fold(weights).args[-1][0]  # the branch r ≠ 1
     worst_sq = sp.factor(generic.subs(r**t, 0))  # t → ∞ for 0 < r < 1
+    worst_t = sp.sqrt(weights) * sp.sqrt(1 - beta2**t) / (1 - beta1**t)  # η m̂/√v̂ on the worst history, finite t
     default = {beta1: sp.Rational(9, 10), beta2: sp.Rational(999, 1000)}
     return {"general": general, "scale_invariant": sp.simplify(sp.factor_terms(scaled) - general),
             "m_const": m_const, "v_const": v_const, "steady": steady,
             "first_step": steady, "first_step_eps0": sp.simplify(steady.subs(eps, 0)),
             "spike_t": spike_t, "spike": spike, "spike_default": spike.subs(default),
-            "worst_sum": weights, "worst": sp.sqrt(worst_sq).subs(r, beta1**2 / beta2),
+            "worst_sum": weights, "worst_t": worst_t.subs(r, beta1**2 / beta2),
+            "worst": sp.sqrt(worst_sq).subs(r, beta1**2 / beta2),
             "worst_default": sp.sqrt(worst_sq.subs(r, beta1**2 / beta2).subs(default))}
 
 
@@ -116,7 +119,7 @@ def descent_lemma() -> dict[str, sp.Expr]:
     remainder = sp.integrate(lip * tau * d**2, (tau, 0, 1))  # ≤ this
     bound = loss - eta * grad_sq + remainder.subs(d, eta * sp.sqrt(grad_sq))  # ∇Lᵀ(y − x) = −η G, ‖y − x‖ = η√G
     decrease = sp.factor(sp.expand(loss - bound))
-    return {"L": lip, "G": grad_sq, "remainder": remainder, "bound": sp.expand(bound), "decrease": decrease,
+    return {"L": lip, "G": grad_sq, "loss": loss, "remainder": remainder, "bound": sp.expand(bound), "decrease": decrease,
             "descends": sp.solve_univariate_inequality(decrease / grad_sq > 0, eta, relational=False)}
 
 
@@ -168,8 +171,28 @@ def schedule_closed_form() -> dict[str, object]:
             "mean": sp.simplify(sp.integrate(cosine, (s, w, n)) / (n - w))}
 
 
+def worst_step(steps: int, b1: float = 0.9, b2: float = 0.999) -> float:
+    """SymPy's largest |step|/η after ``steps`` steps (ε = 0), over all histories: ``worst_t`` evaluated."""
+    st = adam_effective_step()
+    return float(st["worst_t"].subs({beta1: b1, beta2: b2, t: steps}).evalf(30))
+
+
+def worst_history_step(steps: int, b1: float = 0.9, b2: float = 0.999) -> float:
+    """Our AdamW's last |step|/η (lr = 1, ε ≈ 0) on the maximizing history g_i = (β₁/β₂)^{steps − i}."""
+    from transformer_lab.optim import AdamW
+
+    p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    opt = AdamW([p], lr=1.0, betas=(b1, b2), eps=1e-300, weight_decay=0.0)
+    for k in range(1, steps + 1):
+        before = p.detach().clone()
+        p.grad = torch.full((1,), (b1 / b2) ** (steps - k), dtype=torch.float64)
+        opt.step()
+    return float(before - p.detach())
+
+
 def check(seed: int = 0) -> dict[str, float]:
-    """Largest |difference| between SymPy (lambdified), ours and the torch reference, float64."""
+    """Largest |difference| between SymPy (lambdified), ours, the torch references and direct computations
+    (recursions, eigenvalues, a numerically summed series), float64."""
     from transformer_lab.optim import AdamW, WarmupCosine
 
     gen = torch.Generator().manual_seed(seed)
@@ -198,18 +221,47 @@ def check(seed: int = 0) -> dict[str, float]:
     out["adamw params: ours vs torch"] = (ps[0] - ps[1]).abs().max().item()
 
     # the history that maximizes Adam's step (Cauchy–Schwarz): g_i ∝ a_i/b_i ∝ (β₁/β₂)^{t−i}; an instance, t = 60
-    b1, b2, steps = 0.9, 0.999, 60
-    st = adam_effective_step()
-    r = sp.Symbol("r", positive=True)
-    bound = sp.lambdify([beta1, beta2, t], sp.sqrt(st["worst_sum"].subs(r, beta1**2 / beta2))
-                        * sp.sqrt(1 - beta2**t) / (1 - beta1**t))
-    p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
-    opt = AdamW([p], lr=1.0, betas=(b1, b2), eps=1e-300, weight_decay=0.0)
-    for k in range(1, steps + 1):
-        before = p.detach().clone()
-        p.grad = torch.full((1,), (b1 / b2) ** (steps - k), dtype=torch.float64)
-        opt.step()
-    out["largest step (t = 60): sympy vs ours"] = abs(float(before - p.detach()) - float(bound(b1, b2, steps)))
+    steps = 60
+    out["largest step (t = 60): sympy vs ours"] = abs(worst_history_step(steps) - worst_step(steps))
+
+    ms = momentum_sums()  # the closed forms against the recursion v ← βv + g_k, 50 steps
+    const, alt = (sp.lambdify([ms["beta"], ms["g"], ms["k"]], ms[key]) for key in ("constant", "alternating"))
+    worst_ms = 0.0
+    for beta in (0.5, 0.9, 0.99):
+        v_c = v_a = 0.0
+        for k in range(1, 51):
+            v_c, v_a = beta * v_c + 0.7, beta * v_a + (-1) ** (k - 1) * 0.7  # g_{k−1} = g, (−1)^{k−1} g
+            worst_ms = max(worst_ms, abs(const(beta, 0.7, k) - v_c), abs(alt(beta, 0.7, k) - v_a))
+    out["momentum sums: sympy vs recursion"] = worst_ms
+
+    hb = heavy_ball_quadratic()  # the roots against the eigenvalues of the heavy-ball map (θ, v) ↦ (θ′, v′)
+    roots = sp.lambdify([hb["beta"], hb["x"]], hb["roots"])
+    worst_hb = 0.0
+    for beta, x in ((0.9, 0.05), (0.9, 1.25), (0.5, 0.05), (0.5, 3.5), (0.0, 0.3)):
+        mat = torch.tensor([[1 - x, -beta], [x, beta]], dtype=torch.float64)  # η = 1, a = x: v′ = βv + aθ, θ′ = θ − v′
+        eig = sorted(torch.linalg.eigvals(mat).tolist(), key=lambda z: (z.real, z.imag))
+        sym = sorted((complex(z) for z in roots(complex(beta), complex(x))), key=lambda z: (z.real, z.imag))
+        worst_hb = max(worst_hb, *(abs(u - w) for u, w in zip(eig, sym, strict=True)))
+    out["heavy-ball roots: sympy vs eigenvalues"] = worst_hb
+
+    dl = descent_lemma()  # on ½Lθ² the bound is attained: L(x − η∇L) equals it, for every η
+    bound_fn = sp.lambdify([dl["loss"], eta, dl["G"], dl["L"]], dl["bound"])
+    lip, x0 = 3.0, torch.randn(4, generator=gen, dtype=torch.float64)
+    worst_dl = 0.0
+    for step_size in (0.1, 0.3, 0.6, 0.9):
+        y = x0 - step_size * lip * x0
+        exact = 0.5 * lip * float(y @ y)
+        worst_dl = max(worst_dl, abs(exact - bound_fn(0.5 * lip * float(x0 @ x0), step_size, lip**2 * float(x0 @ x0),
+                                                      lip)))
+    out["descent lemma on ½Lθ² (attained): sympy vs exact"] = worst_dl
+
+    nq = sgd_noise_quadratic()  # V against the variance of θ = −η Σ_j (1 − ηa)^j ξ_j, summed numerically
+    var_fn = sp.lambdify([nq["a"], nq["sigma"], eta], nq["variance"])
+    worst_v = 0.0
+    for a_, sigma_, step_size in ((1.0, 1.0, 0.1), (25.0, 0.5, 0.05), (4.0, 2.0, 0.4)):
+        series = step_size**2 * sigma_**2 * sum((1 - step_size * a_) ** (2 * j) for j in range(20000))
+        worst_v = max(worst_v, abs(series - var_fn(a_, sigma_, step_size)))
+    out["SGD stationary variance: sympy vs series"] = worst_v
 
     d = gradient_flow_quadratic()
     descent = sp.lambdify([d["a"], eta, d["theta0"], d["k"]], d["descent"])
