@@ -233,7 +233,7 @@ def test_half_precision_logits_sample_the_right_distribution(dtype):
     ids = sample(z, num_samples=N, generator=torch.Generator().manual_seed(1))
     assert ids.dtype == torch.int64
     assert _pooled_chi_square_p(ids, target) > 1e-4
-    assert len(ids.unique()) > 1900  # float64 draws reach ~1,990 distinct tokens; bfloat16 used to reach 410
+    assert len(ids.unique()) > 2500  # float64 draws reach 2,657 distinct tokens; bfloat16 used to reach 410
 
 
 @pytest.mark.parametrize("dtype", HALF)
