@@ -1,6 +1,7 @@
 """Information theory (chapter 5): entropy, cross-entropy, KL divergence, perplexity, bits per character.
 
-All quantities are in **nats** (natural logarithms) unless the name says bits. Distributions live on the last
+All quantities are in **nats** (natural logarithms), except the n-gram estimates ``ngram_entropy`` and
+``ngram_cross_entropy``, which are in bits per character. Distributions live on the last
 dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 
 * ``entropy(p)``                      H(p)     = -Σ_i p_i log p_i

@@ -272,7 +272,7 @@ def check(seed: int = 0) -> dict[str, float]:
         "KL: ours vs F.kl_div": (info.kl_divergence(p, q) - torch_kl).abs().max().item(),
         "Gibbs violation: max(0, -min KL)": max(0.0, -info.kl_divergence(p, q).min().item()),
     }
-    # cross-entropy from logits, ordinary and extreme (|z| up to 1e4): values and gradients
+    # cross-entropy from logits, ordinary (std 3) and extreme (std 1e4) logits: values and gradients
     V = 6
     fs, grads = _lambdified_ce(V)
     for label, scale in (("logits", 3.0), ("extreme logits", 1e4)):
