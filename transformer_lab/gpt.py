@@ -198,14 +198,14 @@ class GPT(nn.Module):
             if idx.shape[1] - start > T_max:  # the window is one token over: move it on
                 start += shift
                 cache, fed = None, 0
-            window = idx[:, start:]  # (B, ≤ T_max)
+            ctx = idx[:, start:]  # the window   (B, ≤ T_max)
             if use_cache:
                 if cache is None:
                     cache = KVCache(self.config.n_layer)
-                logits = self(window[:, fed:], cache=cache)[:, -1]  # only the tokens the cache has not seen
-                fed = window.shape[1]
+                logits = self(ctx[:, fed:], cache=cache)[:, -1]  # only the tokens the cache has not seen
+                fed = ctx.shape[1]
             else:
-                logits = self(window)[:, -1]  # recompute the whole window   (B, V)
+                logits = self(ctx)[:, -1]  # recompute the whole window   (B, V)
             if greedy:
                 nxt = logits.argmax(dim=-1)  # (B,)
             else:
