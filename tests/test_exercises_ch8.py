@@ -72,6 +72,18 @@ def _count_no_final_layernorm(vocab_size, block_size, n_layer, d_model):
     return count_params(vocab_size, block_size, n_layer, d_model) - 2 * d_model
 
 
+def _count_sympy(vocab_size, block_size, n_layer, d_model):  # the right number, as a SymPy Integer
+    return sp.Integer(count_params(vocab_size, block_size, n_layer, d_model))
+
+
+def _count_sympy_wrong(vocab_size, block_size, n_layer, d_model):  # a SymPy Integer, and the head counted twice
+    return sp.Integer(_count_head_twice(vocab_size, block_size, n_layer, d_model))
+
+
+def _count_tensor(vocab_size, block_size, n_layer, d_model):  # the right number, as a 0-d integer tensor
+    return torch.tensor(count_params(vocab_size, block_size, n_layer, d_model))
+
+
 # ---------------------------------------------------------------- lm_windows
 def _windows_by_index(ids, block_size):
     n = (len(ids) - 1) // block_size
@@ -153,6 +165,29 @@ def _cache_new_first(q, k_cache, v_cache, k_new, v_new):
     return w @ v, k, v
 
 
+def _cache_sdpa_is_causal(q, k_cache, v_cache, k_new, v_new):  # top-left causal mask: the query sees key 0 only
+    k, v = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True), k, v
+
+
+def _cache_tril_mask(q, k_cache, v_cache, k_new, v_new):  # the same mistake, by hand
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ v, k, v
+
+
+def _cache_naive_softmax(q, k_cache, v_cache, k_new, v_new):  # exp without subtracting the maximum
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return e / e.sum(-1, keepdim=True) @ v, k, v
+
+
+def _cache_scale_by_dv(q, k_cache, v_cache, k_new, v_new):  # 1/sqrt of the values' width, not the query's
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1]), -1) @ v, k, v
+
+
 def _cache_new_token_ignored(q, k_cache, v_cache, k_new, v_new):
     k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
     w = torch.softmax(q @ k[..., :-1, :].transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
@@ -168,6 +203,9 @@ CATALOGUE = {
             (_count_mlp_not_widened, ["count is", "expected"]),
             (_count_float, ["must be an int", "use // or int()"]),
             (_count_no_final_layernorm, ["count is", "(-256)"]),  # -2C on the first case, C = 128
+            (_count_sympy, ["must be an int", "Integer 809728", "convert it with int()"]),
+            (_count_tensor, ["must be an int", "convert it with int()"]),
+            (_count_sympy_wrong, ["must be an int", "which is 817920 (+8192), expected 809728"]),
         ],
         "right": [_count_by_parts, _count_numpy],
     },
@@ -190,6 +228,10 @@ CATALOGUE = {
             (_cache_softmax_wrong_dim, ["output[0] differs"]),
             (_cache_new_first, ["output[1] differs"]),  # attention ignores order: the out agrees, the cache not
             (_cache_new_token_ignored, ["output[0]"]),
+            (_cache_sdpa_is_causal, ["on case 1", "first value only", "is_causal=True", "no mask is needed"]),
+            (_cache_tril_mask, ["on case 1", "first value only", "no mask is needed"]),
+            (_cache_naive_softmax, ["on case 4", "not finite", "subtract each row's maximum"]),
+            (_cache_scale_by_dv, ["output[0] differs", "on case 2"]),
         ],
         "right": [_cache_sdpa, _cache_einsum],
     },

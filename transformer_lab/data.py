@@ -187,7 +187,13 @@ def train_val_split(ids: torch.Tensor, *, train_fraction: float = 0.9) -> tuple[
 
 def get_batch(data: torch.Tensor, *, block_size: int, batch_size: int,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows of ``data``: x (B, T) and y (B, T) = x shifted one to the left (next-token targets)."""
+    """Random windows of ``data``: x (B, T) and y (B, T), each window's next tokens (x shifted one position to
+    the left: y[b, t] = data[s_b + t + 1], the token after x[b, t]).
+
+    The starts s_b are drawn uniformly from 0 .. len(data) - T - 2, so the last full window (start len - T - 1)
+    and the last token as a target are never drawn (nanoGPT draws from 0 .. len - T - 1). Kept as it is: changing
+    the draw would change every training curve, the shipped checkpoint's included.
+    """
     if len(data) < block_size + 2:
         raise ValueError(f"data of {len(data)} tokens is too short for block_size {block_size}")
     starts = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)  # (B,)

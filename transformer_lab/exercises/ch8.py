@@ -7,11 +7,13 @@ Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
-from transformer_lab.exercises import CheckResult, check_function, randn
+from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
 from transformer_lab.gpt import GPT, GPTConfig
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_count_params", "check_lm_windows"]
@@ -30,9 +32,16 @@ def check_count_params(fn) -> CheckResult:
 
     def compare(got, expected):
         if isinstance(got, bool) or not isinstance(got, int | np.integer):
-            same = isinstance(got, float) and got == expected
-            return (f"count must be an int, got {type(got).__name__} {got!r}"
-                    + (" (the right number: use // or int(), not /)" if same else f", expected {expected}"))
+            head = f"count must be an int, got {type(got).__name__} {got!r}"
+            if isinstance(got, float):
+                return head + (" (the right number: use // or int(), not /)" if got == expected
+                               else f", expected {expected}")
+            try:  # an exact integer of another type (a SymPy Integer, a 0-d integer tensor)
+                value = operator.index(got)
+            except TypeError:
+                return head + f", expected {expected}"
+            return head + (" (the right number: convert it with int())" if value == expected
+                           else f", which is {value} ({value - expected:+d}), expected {expected}")
         if int(got) != expected:
             return f"count is {int(got)} ({int(got) - expected:+d}), expected {expected}"
         return None
@@ -68,8 +77,12 @@ def _cache_reference(q, k_cache, v_cache, k_new, v_new):
 
 
 def check_attend_with_cache(fn) -> CheckResult:
-    """``attend_with_cache(q, k_cache, v_cache, k_new, v_new) -> (out, k, v)``: append the new key and value
-    (B, h, 1, d) to the caches (B, h, t, d), then attend with the one new query q (B, h, 1, d)."""
+    """``attend_with_cache(q, k_cache, v_cache, k_new, v_new) -> (out, k, v)``: append the new key (B, h, 1, d)
+    and value (B, h, 1, d_v) to the caches (B, h, t, d) and (B, h, t, d_v), then attend with the one new query
+    q (B, h, 1, d), scores scaled by 1/sqrt(d); out is (B, h, 1, d_v).
+
+    Case 4 has queries of size ~1000 (float64): a softmax that does not subtract the row maximum overflows there.
+    """
     gen = torch.Generator().manual_seed(9)
 
     def r(*shape):
@@ -80,8 +93,25 @@ def check_attend_with_cache(fn) -> CheckResult:
              dict(q=r(2, 3, 1, 8), k_cache=r(2, 3, 5, 8), v_cache=r(2, 3, 5, 2), k_new=r(2, 3, 1, 8),
                   v_new=r(2, 3, 1, 2)),
              dict(q=r(1, 2, 1, 4), k_cache=r(1, 2, 0, 4), v_cache=r(1, 2, 0, 4), k_new=r(1, 2, 1, 4),
-                  v_new=r(1, 2, 1, 4))]
-    return check_function("attend_with_cache", fn, _cache_reference, cases, atol=1e-10, rtol=1e-8)
+                  v_new=r(1, 2, 1, 4)),
+             dict(q=randn(gen, 1, 2, 1, 4, scale=1e3), k_cache=r(1, 2, 3, 4), v_cache=r(1, 2, 3, 4),
+                  k_new=r(1, 2, 1, 4), v_new=r(1, 2, 1, 4))]  # scores up to ~900: exp overflows without the max
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
+        if not msg or not isinstance(got, tuple | list) or not got or not isinstance(got[0], torch.Tensor):
+            return msg
+        out, v = got[0], expected[2]
+        if out.shape == expected[0].shape and not torch.isfinite(out).all():
+            return msg + ("; hint: the output is not finite: exp overflowed, so subtract each row's maximum "
+                          "score before exp (softmax does not change)")
+        if v.shape[-2] > 1 and out.shape == v[..., :1, :].shape and torch.allclose(out, v[..., :1, :]):
+            return msg + ("; hint: the output is the first value only, as if the query saw key 0 alone: a causal "
+                          "mask aligned top-left (is_causal=True, or tril of a 1 × (t + 1) matrix) hides the "
+                          "cache; the newest query may see every key, so no mask is needed")
+        return msg
+
+    return check_function("attend_with_cache", fn, _cache_reference, cases, compare=compare)
 
 
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
