@@ -1,5 +1,6 @@
 """Chapter-4 exercise checkers: accept the solution and correct answers in other styles; reject the typical
-wrong answers (CATALOGUE) with a message naming the difference and, where one exists, a hint."""
+wrong answers (CATALOGUE) with a message naming the difference and, where one exists, a hint. A fragment written
+"!text" in a CATALOGUE entry must NOT appear in the message (a hint that would mislead for that answer)."""
 
 import math
 
@@ -12,6 +13,7 @@ from transformer_lab.exercises import ch4, registry
 
 C = 0.044715
 K = math.sqrt(2 / math.pi)
+NOT_RIGHT = "!the formula looks right"  # a hint that must not appear for a wrong formula
 
 
 # ---------------------------------------------------------------- solutions (as in the chapter)
@@ -106,6 +108,38 @@ def _gelu_float32_constant(x):  # right formula, √(2/π) as a float32 tensor
     return 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * k * (1 + 3 * C * x**2)
 
 
+def _gelu_finite_difference(h):
+    """GELU_tanh′ by a central difference with step h: close, never exact."""
+    def fn(x):
+        f = lambda t: 0.5 * t * (1 + torch.tanh(K * (t + C * t**3)))  # noqa: E731
+        return (f(x + h) - f(x - h)) / (2 * h)
+    return fn
+
+
+def _gelu_constants(k=K, c=C):
+    """GELU_tanh′ with the constants √(2/π) and 0.044715 replaced by k and c."""
+    def fn(x):
+        t = torch.tanh(k * (x + c * x**3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * k * (1 + 3 * c * x**2)
+    return fn
+
+
+def _mlp_one_output(i, scale):
+    """The right MLP gradients, except output i multiplied by scale (1/N: a mean instead of a sum)."""
+    def fn(grad_out, x, w1, b1, w2, b2):
+        grads = list(mlp_grads(grad_out, x, w1, b1, w2, b2))
+        grads[i] = grads[i] * (scale if scale else 1 / len(x))
+        return tuple(grads)
+    return fn
+
+
+def _mlp_exact_forward(grad_out, x, w1, b1, w2, b2):  # exact GELU forward, tanh GELU′ backward
+    h = x @ w1.T + b1
+    a = 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+    g_h = grad_out @ w2 * gelu_tanh_grad(h)
+    return g_h @ w1, g_h.T @ x, g_h.sum(0), grad_out.T @ a, grad_out.sum(0)
+
+
 def _mlp(slip):
     """The MLP backward with one typical slip: "gelu_at_a", "no_gelu_grad", "exact_gelu", "w2_from_h"."""
     def fn(grad_out, x, w1, b1, w2, b2):
@@ -194,7 +228,11 @@ CATALOGUE = {
             (lambda grad_out, x, weight: (grad_out @ weight, grad_out.T @ x / len(x), grad_out.sum(0)),
              ["output[1] differs", "worst at"]),  # averaged ∂L/∂W
             (lambda grad_out, x, weight: tuple(t.float() for t in linear_grads(grad_out, x, weight)),
-             ["output[0] differs", "your result is torch.float32", "compute in float64"]),
+             ["output[0] differs", "your result is torch.float32", "the formula looks right", "compute in float64",
+              "!constant"]),
+            (lambda grad_out, x, weight: tuple(t.float() for t in (grad_out @ weight, grad_out.T @ x,
+                                                                   grad_out.mean(0))),
+             ["output[2] differs", "your result is torch.float32", NOT_RIGHT]),
         ],
         "right": [_linear_einsum, _linear_outer_products],
     },
@@ -206,9 +244,18 @@ CATALOGUE = {
             (_gelu(du_factor=C), ["differs"]),  # d/dx x³ = x² forgotten the 3
             (_gelu(scale=1.0), ["differs"]),  # √(2/π) dropped from u′
             (_gelu(sech2=lambda t: 1 + t**2), ["differs"]),  # sign of tanh′ = 1 − tanh²
-            (_gelu_float32_constant, ["differs", "the formula looks right", "compute in float64"]),
-            (lambda x: gelu_tanh_grad(x.float()), ["your result is torch.float32", "compute in float64"]),
-            (lambda x: gelu_tanh_grad(x) * (1 + 1e-4), ["differs"]),  # a real error, 1e-4: no float64 hint
+            (_gelu_float32_constant, ["differs", "a constant may be truncated", "torch.tensor(2 / torch.pi)",
+                                      NOT_RIGHT, "!your result is"]),  # a float32 constant, float64 result
+            (lambda x: gelu_tanh_grad(x.float()), ["your result is torch.float32", "the formula looks right",
+                                                   "compute in float64", "!constant"]),
+            (lambda x: gelu_tanh_grad(x) * (1 + 1e-4), ["differs", NOT_RIGHT, "!constant"]),  # error 1e-4
+            (_gelu_constants(c=0.0447), ["differs", "close (relative error 8.2e-06)", "a constant may be truncated",
+                                         "0.044715", NOT_RIGHT, "!compute in float64"]),
+            (_gelu_constants(k=0.79788456), ["differs", "a constant may be truncated", "math.sqrt(2 / math.pi)",
+                                             NOT_RIGHT, "!compute in float64"]),  # truncated literal, in float64
+            (_gelu_finite_difference(1e-5), ["differs", "not exact", "a finite difference", NOT_RIGHT]),
+            (_gelu_finite_difference(1e-3), ["differs", "not exact", "a finite difference", NOT_RIGHT]),
+            (lambda x: _gelu(du_factor=C)(x.float()), ["differs", "your result is torch.float32", NOT_RIGHT]),
         ],
         "right": [_gelu_sigmoid, _gelu_cosh],
     },
@@ -228,9 +275,11 @@ CATALOGUE = {
         "wrong": [
             (_ln_stats_constant, ["differs"]),
             (_ln_unbiased, ["differs"]),
-            (_ln(lambda v, e: 1 / (v.sqrt() + e)), ["differs"]),  # ε outside the root
-            (_ln(lambda v, e: 1 / v.sqrt()), ["differs"]),  # ε forgotten
+            (_ln(lambda v, e: 1 / (v.sqrt() + e)), ["differs", "case 1", NOT_RIGHT]),  # ε outside the root
+            (_ln(lambda v, e: 1 / v.sqrt()), ["differs", "case 1", NOT_RIGHT]),  # ε forgotten
             (_ln_mean_gx, ["differs"]),
+            (lambda grad_out, x, eps: layer_norm_grad(grad_out.float(), x.float(), eps),
+             ["your result is torch.float32", "the formula looks right", "!constant"]),
             (lambda grad_out, x, eps: layer_norm_grad(grad_out, x, eps) * torch.sqrt(
                 x.var(-1, unbiased=False, keepdim=True) + eps), ["differs"]),  # forgot the factor r
         ],
@@ -251,6 +300,13 @@ CATALOGUE = {
     "mlp_grads": {
         "wrong": [
             (_mlp("gelu_at_a"), ["output[0] differs", "∂L/∂W₂ and ∂L/∂b₂ are right", "not at the activation"]),
+            (_mlp_one_output(0, 2.0), ["output[0] differs", "check fc's backward", "∂L/∂x = G_h W₁",
+                                       "!GELU′ (tanh form) at the pre-activation"]),  # only ∂L/∂x doubled
+            (_mlp_one_output(2, None), ["output[2] differs", "∂L/∂b₁ = Σ_n G_h", "not a mean",
+                                        "!GELU′ (tanh form) at the pre-activation"]),  # ∂L/∂b₁ averaged
+            (_mlp_exact_forward, ["output[3] differs", "∂L/∂W₂ = Gᵀ a", "tanh form"]),
+            (lambda grad_out, x, w1, b1, w2, b2: tuple(t.float() for t in mlp_grads(grad_out, x, w1, b1, w2, b2)),
+             ["your result is torch.float32", "the formula looks right", "!constant"]),
             (_mlp("no_gelu_grad"), ["output[0] differs", "⊙ GELU′(h)"]),
             (_mlp("exact_gelu"), ["output[0] differs", "tanh form"]),
             (_mlp("w2_from_h"), ["output[3] differs", "∂L/∂W₂ = Gᵀ a"]),
@@ -275,9 +331,23 @@ def test_solution_passes(name):
     assert r.passed, r.message
 
 
+def _assert_rejected(checker, fn, words):
+    """assert_rejected with the fragments that must appear; then none of the "!forbidden" ones may."""
+    result = assert_rejected(checker, fn, *(w for w in words if not w.startswith("!")))
+    for word in words:
+        assert not (word.startswith("!") and word[1:] in result.message), (word, result.message)
+    return result
+
+
 @pytest.mark.parametrize(("name", "wrong", "words"), wrong_answers(CATALOGUE))
 def test_typical_wrong_answer_rejected(name, wrong, words):
-    assert_rejected(ch4.EXERCISES[name], wrong, *words)
+    _assert_rejected(ch4.EXERCISES[name], wrong, words)
+
+
+def test_a_forbidden_fragment_fails_the_assertion():
+    """The "!fragment" convention bites: a hint that must not appear, appearing, fails the test."""
+    with pytest.raises(AssertionError):
+        _assert_rejected(ch4.check_gelu_tanh_grad, lambda x: gelu_tanh_grad(x.float()), [NOT_RIGHT])
 
 
 @pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
