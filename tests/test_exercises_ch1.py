@@ -82,6 +82,14 @@ def _attention_stable_by_hand(query, key, value, mask=None):  # the max-shifted 
     return (e / e.sum(-1, keepdim=True)) @ value
 
 
+def _attention_naive_exp(query, key, value, mask=None):  # the softmax written as e^S / Σ e^S, not max-shifted
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
+    e = s.exp()
+    return e / e.sum(-1, keepdim=True) @ value
+
+
 CATALOGUE = {
     "attention_by_hand": {
         "wrong": [
@@ -114,6 +122,7 @@ CATALOGUE = {
             (lambda query, key, value, mask=None: torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(
                 query.shape[-1]) * (1 if mask is None else mask), -1) @ value,
              ["case 3"]),  # multiplied the scores by the mask (masked score 0, not -inf)
+            (_attention_naive_exp, ["case 6", "NaN", "subtract each row's maximum"]),  # e^S / Σ e^S overflows
         ],
         "right": [_attention_einsum, _attention_stable_by_hand,
                   lambda query, key, value, mask=None: F.scaled_dot_product_attention(query, key, value,
@@ -175,10 +184,16 @@ CATALOGUE = {
             (lambda idx, weight: F.one_hot(idx, weight.shape[0]) @ weight,
              ["raised RuntimeError", "case 1"]),  # an integer one-hot times a float matrix
             (lambda idx, weight: weight.T[idx.clamp_max(weight.shape[1] - 1)], ["case 1"]),  # indexes columns
+            (lambda idx, weight: weight[idx], ["values are right", "IndexBackward0", "F.one_hot"]),  # not a product
+            (lambda idx, weight: F.embedding(idx, weight), ["values are right", "EmbeddingBackward0"]),  # nor this
+            (lambda idx, weight: weight.index_select(0, idx.reshape(-1)).reshape(*idx.shape, -1),
+             ["looked up by indexing", "IndexSelectBackward0"]),
         ],
         "right": [one_hot_embed,
                   lambda ids, E: (ids.unsqueeze(-1) == torch.arange(E.shape[0])).to(E.dtype) @ E,
-                  lambda idx, weight: torch.einsum("...v,vc->...c", F.one_hot(idx, len(weight)).double(), weight)],
+                  lambda idx, weight: torch.einsum("...v,vc->...c", F.one_hot(idx, len(weight)).double(), weight),
+                  lambda idx, E: (F.one_hot(idx, len(E)).to(E.dtype).unsqueeze(-1) * E).sum(-2),  # Σ_v e_v E_v
+                  lambda idx, E: torch.eye(len(E), dtype=E.dtype)[idx] @ E],  # one-hot rows read off I
     },
 }
 

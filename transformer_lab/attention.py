@@ -6,6 +6,10 @@ Everything is written with plain tensor operations (matrix products, reshapes, c
 here in base 2, and its Jacobian in the hand-written backward pass of the attention core), shape comments beside each
 line, and keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
 Masks are boolean with ``True`` = "may attend", the convention of ``F.scaled_dot_product_attention``.
+
+Dtypes: float32 and float64 inputs are computed in their own dtype; float16 and bfloat16 inputs are computed in
+float32 and the results rounded back once. In float16 itself the base-2 scores S log₂e would overflow to inf past
+65504 (S > 45400), giving inf - inf = NaN, and the products and row sums would lose digits.
 """
 
 from __future__ import annotations
@@ -74,13 +78,16 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
 
     query (..., T_q, d_k), key (..., T_k, d_k), value (..., T_k, d_v), leading dims broadcastable;
     mask bool, broadcastable to (..., T_q, T_k), True = may attend; ``scale`` defaults to ``1/√d_k``.
-    out (..., T_q, d_v); weights (..., T_q, T_k), rows summing to 1 (a fully masked row gives weights 0
-    and output 0, as PyTorch does). ``dropout`` (training only) zeroes weights with that probability.
+    out (..., T_q, d_v); weights (..., T_q, T_k), rows summing to 1 without dropout (a fully masked row gives
+    weights 0 and output 0, as PyTorch does; with dropout the kept weights are divided by 1 - dropout).
+    ``dropout`` (training only) zeroes weights with that probability.
+    float16 / bfloat16 inputs are computed in float32, and out and weights returned in query's dtype.
     ``is_causal=True`` (no ``mask`` then) applies the causal mask of :func:`~transformer_lab.positional.causal_mask`:
     query i sees keys j <= i + (T_k - T_q), aligned bottom-right (the queries are the last T_q positions, as with
     a key-value cache); ``F.scaled_dot_product_attention(is_causal=True)`` aligns top-left (j <= i), so the two
-    differ when T_q != T_k. ``need_weights=False`` returns ``(out, None)``; with ``is_causal``
-    and no dropout it also lets training skip the keys the mask hides (:class:`_CausalAttention`).
+    differ when T_q != T_k. ``need_weights=False`` returns ``(out, None)``; with ``is_causal``, no dropout,
+    autograd recording and T_q = T_k >= 32 it also lets training skip the keys the mask hides
+    (:class:`_CausalAttention`).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
@@ -98,6 +105,12 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
                          f"value {_shape(value)} do not broadcast")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if query.dtype in _HALF or key.dtype in _HALF or value.dtype in _HALF:  # computed in float32, rounded once
+        wide = [t.float() if t.dtype in _HALF else t for t in (query, key, value)]
+        out, weights = scaled_dot_product_attention(query=wide[0], key=wide[1], value=wide[2], mask=mask,
+                                                    scale=scale, dropout=dropout, generator=generator,
+                                                    is_causal=is_causal, need_weights=need_weights)
+        return out.to(query.dtype), (None if weights is None else weights.to(query.dtype))
     d_k = query.shape[-1]
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     T_q, T_k = query.shape[-2], key.shape[-2]
@@ -120,6 +133,7 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     return out, (weights if need_weights else None)
 
 
+_HALF = (torch.float16, torch.bfloat16)
 _CAUSAL_SPLIT_MIN = 32  # below this many positions, splitting the queries in two saves less than it costs
 
 
@@ -192,8 +206,8 @@ class _Attention(torch.autograd.Function):
     rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O) when only O is used: a (T_q, d_v) product instead of a (T_q, T_k) one.
     Softmax and masking work in place on S, so the step keeps one (T_q, T_k) buffer instead of five.
     The exponential is taken in base 2, e^x = 2^(x log₂e), with log₂e folded into the scaling of Q (as
-    FlashAttention does): the same softmax, and ``exp2`` is faster than ``exp`` on a CPU (2.4-4.4x in
-    ``benchmarks/kernels.py``, depending on the machine and run).
+    the FlashAttention-2 CUDA kernels do): the same softmax, and ``exp2`` is faster than ``exp`` on a CPU (2.8-4.4x
+    in ``benchmarks/kernels.py``, depending on the machine and run).
     """
 
     @staticmethod
@@ -230,7 +244,7 @@ class _Attention(torch.autograd.Function):
 class _CausalAttention(torch.autograd.Function):
     """:class:`_Attention` for a causal mask, without dropout and without returning the weights: the same numbers.
 
-    Queries 0 … m-1 (m = T/2) may see only keys 0 … m-1, so their scores are computed against those keys alone,
+    Queries 0 … m-1 (m = ⌊T/2⌋) may see only keys 0 … m-1, so their scores are computed against those keys alone,
     and queries m … T-1 against all T keys: a quarter of the (T, T) score matrix, all of it masked, is never
     computed, in the forward pass or the backward. (PyTorch's fused CPU kernel skips such blocks too.)
     """

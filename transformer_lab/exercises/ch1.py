@@ -14,7 +14,7 @@ import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.attention import split_heads as _split_heads
-from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
+from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator, randn
 
 __all__ = ["BY_HAND", "EXERCISES", "check_attention", "check_attention_by_hand", "check_closest_scores",
            "check_one_hot_embed", "check_split_heads", "check_superposition_gaps"]
@@ -76,6 +76,16 @@ def _attention_cases(seed: int = 0):
     yield {"query": randn(gen, 1, 3, 16) * 3, "key": randn(gen, 1, 4, 16) * 3, "value": randn(gen, 1, 4, 2),
            "mask": mask}
     yield {"query": randn(gen, 1, 1, 4), "key": randn(gen, 1, 1, 4), "value": randn(gen, 1, 1, 4)}
+    # scores of order 10³: e^S overflows float64 (past S ≈ 709.8), so only a max-shifted softmax stays finite
+    yield {"query": randn(gen, 2, 3, 4) * 40, "key": randn(gen, 2, 5, 4) * 40, "value": randn(gen, 2, 5, 3)}
+
+
+def _attention_compare(got, expected) -> str | None:
+    msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
+    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape and not bool(got.isfinite().all()):
+        msg += (". Hint: with scores of order 10³, e^S overflows to inf and inf / inf = NaN: subtract each row's"
+                " maximum score before exponentiating (chapter 2's stable softmax), or use torch.softmax.")
+    return msg
 
 
 def check_attention(fn) -> CheckResult:
@@ -87,7 +97,7 @@ def check_attention(fn) -> CheckResult:
                                                "in this order: (query, key, value, mask=None)")
     except ValueError:
         pass
-    return check_function("attention", fn, _attention_reference, _attention_cases(), atol=1e-10, rtol=1e-8)
+    return check_function("attention", fn, _attention_reference, _attention_cases(), compare=_attention_compare)
 
 
 def _split_reference(x, n_head):
@@ -118,9 +128,49 @@ def _embed_cases(seed: int = 2):
     yield {"idx": torch.randint(0, 11, (2, 7), generator=gen), "weight": randn(gen, 11, 6)}
 
 
+_LOOKUPS = ("Index", "Embedding", "Gather", "Take")  # autograd nodes of a lookup: weight[idx], F.embedding, ...
+_PRODUCTS = ("Mm", "Bmm", "Mv", "Dot", "Mul", "Matmul", "Addmm", "Baddbmm")  # a product: @, einsum, (a * b).sum
+
+
+def _graph_nodes(t: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes that produced ``t``."""
+    seen, todo, names = set(), [t.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        todo.extend(n for n, _ in node.next_functions)
+    return names
+
+
+def _is_product(fn) -> str | None:
+    """None if ``fn`` reaches ``weight`` through a product, else why not (values are checked first)."""
+    weight = randn(generator(5), 5, 3).requires_grad_()
+    try:
+        out = fn(torch.tensor([[0, 4], [2, 2]]), weight)
+    except Exception:  # it passed on the cases without gradients: judge the values alone
+        return None
+    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+        return None  # not computed through autograd (e.g. in NumPy): only the values can be checked
+    names = _graph_nodes(out)
+    if any(n.startswith(_LOOKUPS) for n in names) or not any(n.startswith(_PRODUCTS) for n in names):
+        return ("the values are right, but they are looked up by indexing (autograd saw "
+                f"{', '.join(sorted(n for n in names if n.startswith(_LOOKUPS))) or 'no product'}), not computed as "
+                "a matrix product. Hint: build the one-hot matrix (F.one_hot(idx, V), as weight's dtype) and "
+                "multiply it by weight with @.")
+    return None
+
+
 def check_one_hot_embed(fn) -> CheckResult:
-    """``one_hot_embed(idx, weight)``: one_hot(idx) @ weight, idx (...) int, weight (V, C) -> (..., C)."""
-    return check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), atol=1e-12, rtol=1e-12)
+    """``one_hot_embed(idx, weight)``: one_hot(idx) @ weight, idx (...) int, weight (V, C) -> (..., C); the values,
+    and that autograd saw a product (not ``weight[idx]``) when the function is written in torch."""
+    result = check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), atol=1e-12, rtol=1e-12)
+    if not result.passed:
+        return result
+    why = _is_product(fn)
+    return result if why is None else CheckResult("one_hot_embed", False, why)
 
 
 def _closest_reference(key, target):
