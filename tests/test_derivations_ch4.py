@@ -74,6 +74,20 @@ def test_layer_norm_jacobian_closes():
 
 def test_check_numbers():
     res = ch4.check(seed=1)
-    assert len(res) == 10
+    assert len(res) == 12
     for name, value in res.items():
         assert value < 1e-12, name
+
+
+def test_linear_layer_batched_gradient_derived():
+    """The batched linear layer, entry by entry, with N, d_in, d_out all different: G W, Gᵀ X, Σ_n G."""
+    d = ch4.linear_gradient(2, 3, 4)
+    for k in "XWb":
+        assert d[f"difference_{k}"].is_zero_matrix, k
+    assert d["chain_W"].shape == (4, 3)
+
+
+def test_layer_norm_scale_invariant_at_eps0_for_positive_c_only():
+    d = ch4.layer_norm_gradient(3)
+    assert d["scale_invariance_at_eps0"] == [0, 0, 0]  # x̂(c x) = x̂(x) for every c > 0
+    assert d["sign_flip_at_eps0"] == [0, 0, 0]  # x̂(c x) = −x̂(x) for c < 0

@@ -103,9 +103,27 @@ def softmax_ce_gradient(n: int = 3) -> dict[str, object]:
 
 
 @functools.cache
+def linear_gradient(n: int = 2, d_in: int = 3, d_out: int = 4) -> dict[str, object]:
+    """Y = X Wᵀ + b on a batch, L = Σ_{n,k} G_{nk} Y_{nk} (G = ∂L/∂Y): differentiated entry by entry, ∂L/∂X = G W,
+    ∂L/∂W = Gᵀ X, ∂L/∂b = Σ_n G_n· (``difference_*`` are zero matrices). An instance of the sizes (N, d_in, d_out)."""
+    X = sp.Matrix(n, d_in, lambda i, j: sp.Symbol(f"X_{i}{j}", real=True))
+    W = sp.Matrix(d_out, d_in, lambda i, j: sp.Symbol(f"W_{i}{j}", real=True))
+    b = sp.Matrix(1, d_out, lambda _, j: sp.Symbol(f"b_{j}", real=True))
+    G = sp.Matrix(n, d_out, lambda i, j: sp.Symbol(f"G_{i}{j}", real=True))
+    Y = X * W.T + sp.ones(n, 1) * b
+    loss = sum(G[i, k] * Y[i, k] for i in range(n) for k in range(d_out))
+    direct = {"X": X.applyfunc(lambda e: sp.diff(loss, e)), "W": W.applyfunc(lambda e: sp.diff(loss, e)),
+              "b": b.applyfunc(lambda e: sp.diff(loss, e))}
+    chain = {"X": G * W, "W": G.T * X, "b": sp.ones(1, n) * G}
+    return {"X": X, "W": W, "b": b, "G": G, "loss": loss, **{f"chain_{k}": v for k, v in chain.items()},
+            **{f"difference_{k}": (direct[k] - chain[k]).applyfunc(sp.expand) for k in direct}}
+
+
+@functools.cache
 def layer_norm_gradient(n: int = 3) -> dict[str, object]:
     """∂x̂ᵢ/∂xⱼ = r (δᵢⱼ − 1/n − x̂ᵢ x̂ⱼ / n) with r = 1/√(σ² + ε); so ∂L/∂x = r (ĝ − mean ĝ − x̂ mean(ĝ x̂)).
-    Also d/dc x̂(c x) at c = 1 equals ε r² x̂ (``scale_difference`` = 0): scale-invariant only at ε = 0."""
+    Also d/dc x̂(c x) at c = 1 equals ε r² x̂ (``scale_difference`` = 0): scale-invariant only at ε = 0, and there
+    for every c > 0 (``scale_invariance_at_eps0`` = 0); for c < 0, x̂(c x) = −x̂(x) (``sign_flip_at_eps0`` = 0)."""
     xs = sp.symbols(f"x0:{n}", real=True)
     g = sp.symbols(f"g0:{n}", real=True)  # upstream gradient ĝ = ∂L/∂x̂
     eps = sp.Symbol("epsilon", positive=True)
@@ -126,12 +144,17 @@ def layer_norm_gradient(n: int = 3) -> dict[str, object]:
     cs = sp.Symbol("c", positive=True)
     xhat_c = [xh.subs({xi: cs * xi for xi in xs}, simultaneous=True) for xh in xhat]
     scale = [sp.diff(xh, cs).subs(cs, 1) for xh in xhat_c]
+    neg = sp.Symbol("c_neg", negative=True)
+    at_eps0 = [xh.subs(eps, 0) for xh in xhat]
+    invariance = [sp.simplify(xc.subs(eps, 0) - xh) for xc, xh in zip(xhat_c, at_eps0, strict=True)]
+    flip = [sp.simplify(xc.subs({eps: 0, cs: neg}) + xh) for xc, xh in zip(xhat_c, at_eps0, strict=True)]
     return {"x": xs, "g": g, "eps": eps, "xhat": xhat, "r": r, "jacobian": jac, "jacobian_form": jac_form,
             "jacobian_difference": (jac - jac_form).applyfunc(sp.simplify), "gradient": grad,
             "gradient_form": grad_form, "gradient_difference": (grad - grad_form).applyfunc(sp.simplify),
             "along_ones": sp.simplify(along_ones), "along_xhat": along_xhat, "along_xhat_rhs": xhat_rhs,
             "along_xhat_difference": sp.simplify(along_xhat - xhat_rhs), "scale_derivative": scale,
-            "scale_difference": [sp.simplify(a - eps * r**2 * xh) for a, xh in zip(scale, xhat, strict=True)]}
+            "scale_difference": [sp.simplify(a - eps * r**2 * xh) for a, xh in zip(scale, xhat, strict=True)],
+            "scale_invariance_at_eps0": invariance, "sign_flip_at_eps0": flip}
 
 
 @functools.cache
@@ -166,7 +189,7 @@ def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
 
 def check(seed: int = 0) -> dict[str, float]:
     """Largest |difference| between SymPy (lambdified), ours and torch.autograd, float64, random inputs."""
-    from transformer_lab.backprop import gelu_grad, layer_norm_backward, softmax_cross_entropy_backward
+    from transformer_lab.backprop import gelu_grad, layer_norm_backward, linear_backward, softmax_cross_entropy_backward
     from transformer_lab.mlp import MLP
 
     gen = torch.Generator().manual_seed(seed)
@@ -180,6 +203,22 @@ def check(seed: int = 0) -> dict[str, float]:
         (auto,) = torch.autograd.grad(F.gelu(xa, approximate=approx).sum(), xa)
         out[f"{name}: sympy vs ours"] = (sym - ours).abs().max().item()
         out[f"{name}: ours vs autograd"] = (ours - auto).abs().max().item()
+
+    d = linear_gradient()  # the batched linear layer: ∂L/∂X, ∂L/∂W, ∂L/∂b
+    (n, d_in), d_out = d["X"].shape, d["W"].shape[0]
+    fn = sp.lambdify([*d["X"], *d["W"], *d["G"]], [d[f"chain_{k}"] for k in "XWb"], "numpy")
+    xv, wv = (torch.randn(n, d_in, generator=gen, dtype=torch.float64),
+              torch.randn(d_out, d_in, generator=gen, dtype=torch.float64))
+    bv, gv = torch.randn(d_out, generator=gen, dtype=torch.float64), torch.randn(n, d_out, generator=gen, dtype=torch.float64)
+    sym = [torch.tensor(a, dtype=torch.float64) for a in fn(*xv.flatten().tolist(), *wv.flatten().tolist(),
+                                                            *gv.flatten().tolist())]
+    ours = linear_backward(gv, xv, wv, bias=True)
+    leaves = [t.clone().requires_grad_(True) for t in (xv, wv, bv)]
+    auto = torch.autograd.grad(F.linear(*leaves), leaves, gv)
+    out["linear (batched, X, W, b): sympy vs ours"] = max((s.reshape(o.shape) - o).abs().max().item()
+                                                          for s, o in zip(sym, ours, strict=True))
+    out["linear (batched, X, W, b): ours vs autograd"] = max((o - a).abs().max().item()
+                                                             for o, a in zip(ours, auto, strict=True))
 
     n = 3
     d = softmax_ce_gradient(n)
