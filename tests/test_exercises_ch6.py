@@ -178,6 +178,10 @@ def _alibi_abs(T, n_head):  # -m·|j - i|: right below the diagonal, wrong above
     return -alibi(T, n_head).abs()
 
 
+def _alibi_causal(T, n_head):  # the causal mask applied inside: -inf above the diagonal
+    return alibi(T, n_head).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+
+
 def _alibi_last_dim_heads(T, n_head):
     return alibi(T, n_head).permute(1, 2, 0)
 
@@ -320,7 +324,8 @@ CATALOGUE = {
         "wrong": [(lambda T, n_head: -alibi(T, n_head), ["sign is flipped"]),
                   (lambda T, n_head: alibi(T, n_head, slopes_for=8), ["case 2", "H = 4", "not 2^{-h}"]),
                   (lambda T, n_head: alibi(T, n_head, first_h=0), ["first slope is 2^{-8/H}"]),
-                  (_alibi_abs, ["differs"]), (_alibi_last_dim_heads, ["shape"])],
+                  (_alibi_abs, ["differs"]), (_alibi_last_dim_heads, ["shape"]),
+                  (_alibi_causal, ["leave the mask out", "applied separately"])],
         "right": [_alibi_loops, _alibi_numpy],
     },
 }

@@ -37,8 +37,11 @@ def test_symbolic_identities():
     assert ch6.pe_dot_product(6)[-1][1] == 0
     steps = dict(ch6.rope_relative())
     assert steps["score - qᵀ Rot((n-m)θ) k"] == 0
-    assert steps["Rot(a) - R(a)^T  (R: the sinusoidal block)"] == ch6.sp.zeros(2, 2)  # RoPE turns the other way
-    for label, diff in ch6.pe_rotation_group():  # R(k)R(k)ᵀ = I, R(0) = I, R(j)R(k) = R(j+k), R(-k) = R(k)ᵀ
+    assert steps["Rot(a) - B(a)^T  (B: the sinusoidal block)"] == ch6.sp.zeros(2, 2)
+    # both advance the phase by a; the transpose is only the (sin, cos) vs (cos, sin) storage order
+    assert steps["B(a)(sin φ, cos φ) - (sin(φ+a), cos(φ+a))"] == ch6.sp.zeros(2, 1)
+    assert steps["Rot(a)(cos φ, sin φ) - (cos(φ+a), sin(φ+a))"] == ch6.sp.zeros(2, 1)
+    for label, diff in ch6.pe_rotation_group():  # one block B(kω) of R(k): orthogonal, B(0) = I, a group
         assert diff == ch6.sp.zeros(2, 2), label
     assert steps["∂score/∂m + ∂score/∂n  (shift both: no change)"] == 0
     counted = dict(ch6.causal_pair_count())

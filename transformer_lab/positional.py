@@ -209,8 +209,8 @@ def valid_head_counts(d_model: int) -> list[int]:
 def head_partitions(d_model: int, n_head: int) -> int:
     """Ways to deal d_model coordinates into n_head unordered heads of d_k each: d! / ((d_k!)^h · h!).
 
-    All of them give the same family of models (a permutation of W_Q's columns maps one onto another), which is
-    why the code simply slices contiguous blocks.
+    All of them give the same family of models (one permutation of the columns of W_Q, W_K, W_V and the rows of
+    W_O maps one onto another), which is why the code simply slices contiguous blocks.
     """
     d_model = _check_positive_int(d_model, "d_model")
     n_head = _check_positive_int(n_head, "n_head")

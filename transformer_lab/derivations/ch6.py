@@ -19,8 +19,8 @@ from transformer_lab import positional as pos_mod
 pos, k, omega = sp.symbols("pos k omega", real=True)
 
 
-def rotation(angle: sp.Expr) -> sp.Matrix:
-    """The 2×2 block acting on a (sin, cos) pair: [[cos a, sin a], [-sin a, cos a]]."""
+def pe_block(angle: sp.Expr) -> sp.Matrix:
+    """B(a) = [[cos a, sin a], [-sin a, cos a]], acting on a (sin φ, cos φ) pair: R(k) = diag(B(k ω_i))."""
     return sp.Matrix([[sp.cos(angle), sp.sin(angle)], [-sp.sin(angle), sp.cos(angle)]])
 
 
@@ -32,37 +32,37 @@ def pe_pair(position: sp.Expr, w: sp.Expr = omega) -> sp.Matrix:
 def pe_relative_rotation() -> list[tuple[str, sp.Expr]]:
     """PE(pos + k) = R(k)·PE(pos): the angle-addition formulas, pair by pair."""
     shifted = pe_pair(pos + k)
-    rotated = rotation(k * omega) * pe_pair(pos)
+    rotated = pe_block(k * omega) * pe_pair(pos)
     return [
         ("PE pair at pos + k", shifted),
         ("… angle-addition formulas", sp.expand_trig(shifted.applyfunc(lambda e: e.subs(omega * (pos + k),
                                                                                           omega * pos + omega * k)))),
-        ("R(k)", rotation(k * omega)),
-        ("R(k)·PE pair at pos", sp.expand(rotated)),
-        ("PE(pos + k) - R(k)·PE(pos)", sp.simplify(sp.expand_trig(shifted - rotated))),
+        ("B(kω), the pair's block of R(k)", pe_block(k * omega)),
+        ("B(kω)·PE pair at pos", sp.expand(rotated)),
+        ("PE pair at pos + k - B(kω)·PE pair at pos", sp.simplify(sp.expand_trig(shifted - rotated))),
     ]
 
 
 def pe_rotation_group() -> list[tuple[str, sp.Expr]]:
-    """One block of R: R(k)R(k)ᵀ = I, R(0) = I, R(j)R(k) = R(j + k), R(-k) = R(k)ᵀ, each difference simplified to 0.
+    """One block B(kω) of R(k): R(k)R(k)ᵀ = I, R(0) = I, R(j)R(k) = R(j + k), R(-k) = R(k)ᵀ, each difference 0.
 
     R is block-diagonal, so each identity holds for the whole matrix iff it holds block by block.
     """
     j = sp.symbols("j", real=True)
     eye = sp.eye(2)
     return [
-        ("R(k)R(k)^T - I", sp.simplify(rotation(k * omega) * rotation(k * omega).T - eye)),
-        ("R(0) - I", rotation(0) - eye),
-        ("R(j)R(k) - R(j + k)", sp.simplify(sp.expand_trig(rotation(j * omega) * rotation(k * omega)
-                                                            - rotation((j + k) * omega)))),
-        ("R(-k) - R(k)^T", sp.simplify(rotation(-k * omega) - rotation(k * omega).T)),
+        ("B(kω)B(kω)^T - I", sp.simplify(pe_block(k * omega) * pe_block(k * omega).T - eye)),
+        ("B(0) - I", pe_block(0) - eye),
+        ("B(jω)B(kω) - B((j + k)ω)", sp.simplify(sp.expand_trig(pe_block(j * omega) * pe_block(k * omega)
+                                                                 - pe_block((j + k) * omega)))),
+        ("B(-kω) - B(kω)^T", sp.simplify(pe_block(-k * omega) - pe_block(k * omega).T)),
     ]
 
 
 def pe_rotation_matrix(d_model: int = 4, base: int = 10000) -> sp.Matrix:
     """The full block-diagonal R(k) for a small d_model, frequencies ω_i = base^{-2i/d}."""
     base = sp.Integer(base)
-    return sp.diag(*[rotation(k * base ** sp.Rational(-2 * i, d_model)) for i in range(d_model // 2)])
+    return sp.diag(*[pe_block(k * base ** sp.Rational(-2 * i, d_model)) for i in range(d_model // 2)])
 
 
 def pe_encoding_expr(d_model: int = 4, base: int = 10000) -> sp.Matrix:
@@ -84,20 +84,26 @@ def pe_dot_product(d_model: int = 4) -> list[tuple[str, sp.Expr]]:
 
 
 def rope_rotation(a: sp.Expr) -> sp.Matrix:
-    """RoPE's 2×2 rotation Rot(a) = [[cos a, -sin a], [sin a, cos a]]: counter-clockwise by a, = rotation(a)ᵀ."""
+    """RoPE's 2×2 rotation Rot(a) = [[cos a, -sin a], [sin a, cos a]]: counter-clockwise by a, = pe_block(a)ᵀ."""
     return sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])
 
 
 def rope_relative() -> list[tuple[str, sp.Expr]]:
     """⟨Rot(mθ)q, Rot(nθ)k⟩ = qᵀ Rot((n - m)θ) k for one pair: RoPE scores depend on m - n only."""
-    m, n, theta, a = sp.symbols("m n theta a", real=True)
+    m, n, theta, a, phi = sp.symbols("m n theta a phi", real=True)
     q = sp.Matrix(sp.symbols("q_1 q_2", real=True))
     key = sp.Matrix(sp.symbols("k_1 k_2", real=True))
     score = sp.expand((rope_rotation(m * theta) * q).T * (rope_rotation(n * theta) * key))[0]
     relative = (q.T * rope_rotation((n - m) * theta) * key)[0]
     return [
         ("Rot(a), RoPE's rotation", rope_rotation(a)),
-        ("Rot(a) - R(a)^T  (R: the sinusoidal block)", rope_rotation(a) - rotation(a).T),
+        ("Rot(a) - B(a)^T  (B: the sinusoidal block)", rope_rotation(a) - pe_block(a).T),
+        ("B(a)(sin φ, cos φ) - (sin(φ+a), cos(φ+a))",
+         sp.simplify(sp.expand_trig(pe_block(a) * sp.Matrix([sp.sin(phi), sp.cos(phi)])
+                                    - sp.Matrix([sp.sin(phi + a), sp.cos(phi + a)])))),
+        ("Rot(a)(cos φ, sin φ) - (cos(φ+a), sin(φ+a))",
+         sp.simplify(sp.expand_trig(rope_rotation(a) * sp.Matrix([sp.cos(phi), sp.sin(phi)])
+                                    - sp.Matrix([sp.cos(phi + a), sp.sin(phi + a)])))),
         ("RoPE(q, m) = Rot(mθ) q", rope_rotation(m * theta) * q),
         ("score ⟨RoPE(q, m), RoPE(k, n)⟩", score),
         ("simplified", sp.simplify(sp.trigsimp(score))),

@@ -119,6 +119,8 @@ def check_alibi(fn) -> CheckResult:
         H, T = expected.shape[0], expected.shape[1]
         if T > 1 and torch.allclose(got.double(), -expected):
             return msg + "; hint: the sign is flipped — keys behind the query (j < i) get a penalty, m_h·(j - i) < 0"
+        if T > 1 and torch.isneginf(got[:, 0, 1]).all():
+            return msg + "; hint: leave the mask out (-inf above the diagonal): it is applied separately"
         first = got[0, -1, 0].item() / (1 - T) if T > 1 else None  # the slope of head 1, read off the matrix
         if first is not None and abs(first - 1.0) < 1e-9:
             return msg + "; hint: head h runs from 1 to H, so the first slope is 2^{-8/H}, not 2^0 = 1"
