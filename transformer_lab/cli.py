@@ -3,22 +3,59 @@
 ``check`` grades a file of exercise answers for chapter N and exits 0 only when every exercise passes.
 ``train`` trains the mini-GPT (chapter 8) on Shakespeare or on ``--text FILE``, with ``--resume``;
 ``sample`` generates text from a checkpoint (the shipped one by default); ``bench`` runs the benchmarks.
+
+Every command fails on bad input the same way: exit status 2 and one line ``error: ...`` on stderr saying what
+was expected, no traceback, and no file left behind or changed.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+from pathlib import Path
+
+MAX_ANSWERS_BYTES = 2**20  # an answers file is a few kB of Python
+MAX_TEXT_BYTES = 128 * 2**20  # --text: the character tokenizer holds a Python int per character while encoding
+MAX_TOKENS = 1_000_000  # sample --tokens
+MAX_SEED = 2**63 - 2
+
+
+class _UsageError(Exception):
+    """A bad command line: reported as one ``error:`` line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage and exits; we want one line and a return value
+        raise _UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
 def _check(args: argparse.Namespace) -> int:
     from transformer_lab.exercises import check_file
 
+    path = Path(args.answers)
+    if path.is_dir():
+        return _fail(f"{path} is a directory; give a .py file defining the exercise functions")
+    if path.is_file() and path.stat().st_size > MAX_ANSWERS_BYTES:
+        return _fail(f"{path} is {path.stat().st_size:,} bytes; an answers file is a .py file of at most "
+                     f"{MAX_ANSWERS_BYTES:,} bytes")
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # grading leaves no __pycache__ beside the answers
     try:
         results = check_file(args.chapter, args.answers)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    except SystemExit as exc:
+        return _fail(f"{path} called sys.exit({exc.code!r}) while being imported; an answers file only defines "
+                     "functions")
+    finally:
+        sys.dont_write_bytecode = saved
     for r in results:
         print(r)
     passed = sum(r.passed for r in results)
@@ -37,58 +74,169 @@ def shipped_checkpoint():
     return Path(__file__).resolve().parent / "checkpoints" / f"{SHIPPED}.json"
 
 
+def _positive(name: str, value, *, allow_zero: bool = False) -> str | None:
+    lo = 0 if allow_zero else 1
+    if value is not None and value < lo:
+        return f"--{name.replace('_', '-')} must be {'>= 0' if allow_zero else 'a positive integer'}, got {value}"
+    return None
+
+
+def _check_text_file(text: str | None) -> str | None:
+    if text is None:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        return f"--text: {path} is a directory; give a UTF-8 text file"
+    if path.is_file() and path.stat().st_size > MAX_TEXT_BYTES:
+        return (f"--text: {path} is {path.stat().st_size:,} bytes; give a UTF-8 text file of at most "
+                f"{MAX_TEXT_BYTES:,} bytes")
+    return None
+
+
+def _check_out(out: str) -> str | None:
+    from transformer_lab.checkpoint import json_path
+
+    jpath = json_path(out)
+    if Path(out).is_dir() or jpath.is_dir():
+        return f"--out: {Path(out) if Path(out).is_dir() else jpath} is a directory; give a checkpoint file name " \
+               "such as DIR/mini-gpt.json"
+    parent = jpath.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"--out: {parent} is a file, not a directory, so {jpath} cannot be created there"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out: the directory {parent} is not writable"
+    return None
+
+
+def _memory_needed(mc, tc) -> tuple[float, int]:
+    """(bytes, parameters): a generous estimate of what training ``mc`` with ``tc`` holds in memory at once."""
+    d, L, V, T, B, h = mc.d_model, mc.n_layer, mc.vocab_size, tc.block_size, tc.batch_size, mc.n_head
+    params = L * (12 * d * d + 13 * d) + (V + T) * d + 2 * d
+    weights = 16 * params  # float32 weights, gradients and AdamW's two moments
+    activations = 4 * L * B * T * (16 * d + 3 * h * T) + 8 * B * T * V  # per block, attention (B, h, T, T), logits
+    eval_batches = 2 * tc.eval_iters * 2 * B * T * 8  # the fixed evaluation batches (int64 x and y, two splits)
+    return float(weights + activations + eval_batches), params
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
 def _train(args: argparse.Namespace) -> int:
     import torch
 
     from transformer_lab import checkpoint as ckpt
     from transformer_lab.data import load_corpus
     from transformer_lab.gpt import GPT, GPTConfig
-    from transformer_lab.train import TrainConfig, Trainer, TrainingDiverged, evaluate_loss
+    from transformer_lab.train import TrainConfig, Trainer, TrainingDiverged, check_corpus, evaluate_loss
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    problem = (_positive("threads", args.threads) or _check_text_file(args.text) or _check_out(args.out))
+    if problem:
+        return _fail(problem)
     try:
-        corpus = load_corpus(args.text)
         tc = TrainConfig(max_iters=args.max_iters, batch_size=args.batch_size, block_size=args.block_size,
                          lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, eval_interval=args.eval_interval,
                          eval_iters=args.eval_iters, seed=args.seed, weight_decay=args.weight_decay)
+        corpus = load_corpus(args.text)
+        check_corpus(corpus, tc)
         mc = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                        n_head=args.n_head, d_model=args.d_model, dropout=args.dropout, positions=args.positions)
-    except (ValueError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, RuntimeError, OSError) as exc:
+        return _fail(str(exc))
+    need, n_params = _memory_needed(mc, tc)
+    if need > _physical_memory():
+        return _fail(f"this model ({n_params:,} parameters) and batch would need about {need / 2**30:,.1f} GiB of "
+                     f"memory, more than this machine's {_physical_memory() / 2**30:,.1f} GiB; use a smaller "
+                     "--d-model, --n-layer, --block-size, --batch-size or --eval-iters")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = ckpt.json_path(args.out)
+    created = []  # directories this run makes for --out, removed again if it fails before writing anything
+    parent = out.parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        lock = ckpt.Lock(out).acquire()
+    except (OSError, ckpt.CheckpointError) as exc:
+        _remove_empty(created)
+        return _fail(str(exc))
+    try:
+        if lock.took_over is not None:
+            print(f"note: took over the lock {lock.path} left by pid {lock.took_over}, which is no longer running",
+                  file=sys.stderr)
+        return _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss)
+    finally:
+        lock.release()
+        _remove_empty(created)
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in dirs:  # deepest first
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
+def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss) -> int:
+    import torch
+
     torch.manual_seed(tc.seed)
-    model = GPT(mc)
-    out = args.out
-    trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet, compile=args.compile)
+    try:
+        model = GPT(mc)
+        trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet, compile=args.compile)
+    except (ValueError, RuntimeError) as exc:
+        return _fail(str(exc))
     if args.resume:
         try:
             trainer.resume(out)
         except ckpt.CheckpointError as exc:
-            print(f"error: cannot resume: {exc}", file=sys.stderr)
-            return 2
-        print(f"resuming {ckpt.json_path(out)} at step {trainer.step} of {tc.max_iters}")
-    elif ckpt.json_path(out).exists() and not args.force:
-        print(f"error: {ckpt.json_path(out)} exists; pass --resume to continue it or --force to overwrite it",
-              file=sys.stderr)
-        return 2
+            return _fail(f"cannot resume: {exc}")
+        print(f"resuming {out} at step {trainer.step} of {tc.max_iters}")
+    elif out.exists() and not args.force:
+        return _fail(f"{out} exists; pass --resume to continue it or --force to overwrite it")
     print(f"{corpus.name}: {len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}, "
           f"sha256 {corpus.sha256[:12]}...; model {model.num_params():,} parameters")
     try:
         trainer.run()
+        val = evaluate_loss(model, corpus.val, block_size=tc.block_size)
+        if not math.isfinite(val):
+            raise TrainingDiverged(f"the val loss over the whole val split is {val}; the last checkpoint is kept")
+        trainer.meta["val_loss_full"] = val  # the final save adds the loss over the whole val split
+        trainer.save(weights_only=args.weights_only)
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    val = evaluate_loss(model, corpus.val, block_size=tc.block_size)
-    trainer.meta["val_loss_full"] = val  # the final save adds the loss over the whole val split
-    trainer.save(weights_only=args.weights_only)
+    except (OSError, ckpt.CheckpointError) as exc:
+        kept = f"; the last good checkpoint {out} (step {ckpt.read(out)[0]['step']}) is kept" if _readable(out) \
+            else ""
+        return _fail(f"could not write the checkpoint {out}: {exc}{kept}")
     print(f"done: {tc.max_iters} steps; val loss over the whole val split {val:.4f} nats/char; "
-          f"checkpoint {ckpt.json_path(out)}")
+          f"checkpoint {out}")
     return 0
+
+
+def _readable(path) -> bool:
+    from transformer_lab import checkpoint as ckpt
+
+    try:
+        ckpt.read(path)
+    except ckpt.CheckpointError:
+        return False
+    return True
 
 
 def load_model(path=None):
     """(model, tokenizer, record) from a checkpoint; ``None`` loads the shipped one."""
+    import torch
+
     from transformer_lab import checkpoint as ckpt
     from transformer_lab.data import CharTokenizer
     from transformer_lab.gpt import GPT, GPTConfig
@@ -99,10 +247,25 @@ def load_model(path=None):
         config = GPTConfig(**record["config"])
     except (TypeError, ValueError) as exc:
         raise ckpt.CheckpointError(f"{path} holds an invalid model config: {exc}") from exc
+    vocab = record.get("vocab")
+    try:
+        tok = CharTokenizer(vocab) if isinstance(vocab, str) else None
+    except ValueError:
+        tok = None
+    if tok is None or tok.vocab_size != config.vocab_size:
+        raise ckpt.CheckpointError(f"{path}: 'vocab' must be the tokenizer's {config.vocab_size} characters, sorted "
+                                   f"and unique, as one string; got {str(vocab)[:40]!r}")
+    n_model = sum(k.startswith("model.") for k in tensors)
+    if config.n_layer > n_model:  # each block holds tensors: the config cannot be right
+        raise ckpt.CheckpointError(f"{path}: its config asks for {config.n_layer} layers but it holds only "
+                                   f"{n_model} tensors")
+    with torch.device("meta"):  # shapes only: a config asking for a huge model allocates nothing here
+        want = ckpt.expected_shapes(GPT(config))
+    ckpt.check_model_state(want, tensors, source=str(path))
     model = GPT(config)
     ckpt.load_model_state(model, tensors, source=str(path))
     model.eval()
-    return model, CharTokenizer(record["vocab"]), record
+    return model, tok, record
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -110,15 +273,27 @@ def _sample(args: argparse.Namespace) -> int:
 
     from transformer_lab.checkpoint import CheckpointError
 
+    if not 0 <= args.tokens <= MAX_TOKENS:
+        return _fail(f"--tokens must be an integer from 0 to {MAX_TOKENS:,}, got {args.tokens}")
+    if not args.greedy and not (math.isfinite(args.temperature) and args.temperature > 0):
+        return _fail(f"--temperature must be a finite number > 0, got {args.temperature} (for argmax decoding "
+                     "use --greedy)")
+    if args.top_k is not None and args.top_k < 1:
+        return _fail(f"--top-k must be an integer >= 1, got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        return _fail(f"--top-p must be a number in (0, 1], got {args.top_p}")
+    if not 0 <= args.seed <= MAX_SEED:
+        return _fail(f"--seed must be an integer from 0 to 2**63 - 2, got {args.seed}")
+    if not args.prompt:
+        return _fail("--prompt must hold at least one character")
     try:
         model, tok, _ = load_model(args.checkpoint)
         prompt = tok.encode(args.prompt).view(1, -1)
         g = torch.Generator().manual_seed(args.seed)
         out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, greedy=args.greedy, generator=g)
-    except (CheckpointError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (CheckpointError, ValueError, OSError) as exc:
+        return _fail(str(exc))
     print(tok.decode(out[0]))
     return 0
 
@@ -138,17 +313,29 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"error: {script} not found (benchmarks live in the repository, not the installed package)",
                   file=sys.stderr)
             return 2
-        saved = sys.argv
+        saved, error = sys.argv, argparse.ArgumentParser.error
         sys.argv = [str(script), *args.args]
+
+        def bad_args(parser, message, name=name):
+            raise _UsageError(f"bench {name}: {message} (see python -m transformer_lab bench {name} -- --help)")
+
+        argparse.ArgumentParser.error = bad_args  # the script's own argument errors: one line, exit 2
         try:
             runpy.run_path(str(script), run_name="__main__")
+        except _UsageError as exc:
+            return _fail(str(exc))
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                return _fail(f"bench {name} stopped with status {exc.code}")
+        except (ValueError, RuntimeError, OSError) as exc:
+            return _fail(f"bench {name}: {exc}")
         finally:
-            sys.argv = saved
+            sys.argv, argparse.ArgumentParser.error = saved, error
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m transformer_lab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("check", help="grade a file of exercise answers for one chapter")
     p.add_argument("chapter", type=int, help="chapter number, 1-8")
@@ -199,5 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageError as exc:
+        return _fail(str(exc))
     return args.func(args)

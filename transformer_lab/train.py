@@ -56,8 +56,29 @@ class TrainConfig:
             raise ValueError(f"TrainConfig needs 0 < min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise ValueError(f"TrainConfig betas must lie in [0, 1), got {self.beta1}, {self.beta2}")
-        if self.weight_decay < 0 or self.grad_clip < 0:
-            raise ValueError("TrainConfig.weight_decay and grad_clip must be >= 0")
+        if not (0 <= self.weight_decay < math.inf and 0 <= self.grad_clip < math.inf):
+            raise ValueError(f"TrainConfig.weight_decay and grad_clip must be finite and >= 0, got "
+                             f"{self.weight_decay!r} and {self.grad_clip!r}")
+        if self.lr / (1 - self.beta1) > _FLOAT32_MAX:  # AdamW's first step is lr / (1 - beta1) in float32
+            raise ValueError(f"TrainConfig.lr={self.lr} is too large: AdamW's first step lr / (1 - beta1) exceeds "
+                             f"the largest float32 ({_FLOAT32_MAX:.3g})")
+        if self.lr * self.weight_decay >= 1:  # decoupled decay multiplies the weights by 1 - lr * wd each step
+            raise ValueError(f"TrainConfig needs lr * weight_decay < 1 (each step scales the weights by "
+                             f"1 - lr * weight_decay), got lr={self.lr}, weight_decay={self.weight_decay}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63 - 1:
+            raise ValueError(f"TrainConfig.seed must be an int in [0, 2**63 - 1), got {self.seed!r}")
+
+
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def check_corpus(corpus: Corpus, config: TrainConfig) -> None:
+    """Raise ValueError unless both splits of ``corpus`` hold a window of ``config.block_size`` (+ its target)."""
+    for name, data in (("train", corpus.train), ("val", corpus.val)):
+        if len(data) < config.block_size + 2:
+            raise ValueError(f"the {name} split has {len(data)} tokens, too few for block_size {config.block_size}"
+                             f" (it needs block_size + 2 = {config.block_size + 2}); use a longer text or a "
+                             "smaller --block-size")
 
 
 class TrainingDiverged(RuntimeError):
@@ -106,9 +127,7 @@ class Trainer:
         self.progress = progress
         self.forward = torch.compile(model) if compile else model  # the training step's forward pass
         c = config
-        for name, data in (("train", corpus.train), ("val", corpus.val)):
-            if len(data) < c.block_size + 2:
-                raise ValueError(f"the {name} split has {len(data)} tokens, too few for block_size {c.block_size}")
+        check_corpus(corpus, c)
         # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
         self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
@@ -152,26 +171,41 @@ class Trainer:
         return ckpt.save(path, model=self.model, meta=meta, optimizer=None if weights_only else self.optimizer)
 
     def resume(self, path: str | Path) -> None:
-        """Continue from a checkpoint written by :meth:`save`; refuses one from another config or corpus."""
+        """Continue from a checkpoint written by :meth:`save`; refuses one from another config or corpus.
+
+        The whole record is checked first (configs, corpus, step, history, RNG states, weights, optimizer state);
+        the model, the optimizer and the RNGs are touched only once every check has passed."""
         record, tensors = ckpt.read(path)
+        bad = ckpt.CheckpointError
         if record.get("corpus_sha256") != self.corpus.sha256:
-            raise ckpt.CheckpointError(
+            raise bad(
                 f"{path} was trained on a different text (corpus sha256 {str(record.get('corpus_sha256'))[:12]}..., "
                 f"this run's is {self.corpus.sha256[:12]}...)")
-        saved_train = record.get("train_config")
-        if saved_train != asdict(self.config):
-            diff = sorted(k for k in asdict(self.config) if (saved_train or {}).get(k) != asdict(self.config)[k])
-            raise ckpt.CheckpointError(f"{path} was written with another training config; differing: {diff}")
+        saved_train, mine = record.get("train_config"), asdict(self.config)
+        if saved_train != mine:
+            saved_train = saved_train if isinstance(saved_train, dict) else {}
+            diff = sorted(k for k in mine if saved_train.get(k) != mine[k])
+            raise bad(f"{path} was written with another training config; differing: {diff}")
         if record["config"] != self.meta["config"]:
             diff = sorted(k for k in set(record["config"]) | set(self.meta["config"])
                           if record["config"].get(k) != self.meta["config"].get(k))
-            raise ckpt.CheckpointError(f"{path} holds a model with another config; differing fields: {diff}")
-        ckpt.load_model_state(self.model, tensors, source=str(path))
-        ckpt.load_optimizer_state(self.optimizer, self.model, record, tensors)
-        self.step = int(record["step"])
-        self.history = record["history"]
-        self.generator.set_state(ckpt.decode_rng(record["rng"]["batches"]))
-        torch.set_rng_state(ckpt.decode_rng(record["rng"]["torch"]))
+            raise bad(f"{path} holds a model with another config; differing fields: {diff}")
+        step = record.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= self.config.max_iters:
+            raise bad(f"{path}: 'step' must be an int in [0, max_iters={self.config.max_iters}], got "
+                      f"{str(step)[:40]}")
+        history = _checked_history(record.get("history"), step, path)
+        states = _checked_rng(record.get("rng"), path)
+        got = ckpt.check_model_state({k: tuple(v.shape) for k, v in ckpt.model_tensors(self.model).items()},
+                                     tensors, source=str(path))
+        optim_state = ckpt.optimizer_state(self.optimizer, self.model, record, tensors)
+        # every check passed: now change the model, the optimizer, the step, the history and the RNGs
+        ckpt.load_model_state(self.model, {f"model.{k}": v for k, v in got.items()}, source=str(path))
+        self.optimizer.load_state_dict(optim_state)
+        self.step = step
+        self.history = history
+        self.generator.set_state(states["batches"])
+        torch.set_rng_state(states["torch"])
 
     # ------------------------------------------------------------ the loop
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -194,6 +228,9 @@ class Trainer:
             self.optimizer.step()
         except ValueError as exc:  # AdamW's own finiteness check
             raise TrainingDiverged(f"training stopped at step {self.step}: {exc}") from exc
+        except RuntimeError as exc:  # e.g. "value cannot be converted to type float without overflow"
+            raise TrainingDiverged(f"training stopped at step {self.step}: the optimizer step failed ({exc}; "
+                                   f"lr {lr:.3g}); lower the learning rate") from exc
         self.step += 1
         return value
 
@@ -230,7 +267,54 @@ class Trainer:
 
     def _evaluate_and_save(self) -> dict[str, float]:
         ev = {"step": self.step, **self.evaluate()}
+        if not all(math.isfinite(ev[k]) for k in ("train", "val")):  # a diverged model never replaces a good save
+            kept = "" if self.checkpoint is None else f"; the last good checkpoint {self.checkpoint} is kept"
+            raise TrainingDiverged(f"training stopped at step {self.step}: the evaluation loss is train "
+                                   f"{ev['train']}, val {ev['val']} (lr {self.optimizer.param_groups[0]['lr']:.3g})"
+                                   f"{kept}; lower the learning rate or check the data")
         self.history["eval"].append(ev)
         if self.checkpoint is not None:
             self.save()
         return ev
+
+
+def _checked_history(history: Any, step: int, path) -> dict[str, list]:
+    """A checkpoint's ``history``: one finite loss per step taken, evaluations at steps <= ``step``."""
+    bad = ckpt.CheckpointError
+    if not isinstance(history, dict) or not isinstance(history.get("loss"), list) or not isinstance(
+            history.get("eval"), list):
+        raise bad(f"{path}: 'history' must be an object with lists 'loss' and 'eval'")
+    loss = history["loss"]
+    if len(loss) != step or not all(_finite(v) for v in loss):
+        raise bad(f"{path}: 'history.loss' must hold {step} finite numbers (one per step taken), got {len(loss)} "
+                  "entries" + ("" if all(_finite(v) for v in loss) else ", some not finite numbers"))
+    for ev in history["eval"]:
+        if not (isinstance(ev, dict) and isinstance(ev.get("step"), int) and not isinstance(ev["step"], bool)
+                and 0 <= ev["step"] <= step and _finite(ev.get("train")) and _finite(ev.get("val"))):
+            raise bad(f"{path}: each 'history.eval' entry must be {{'step': 0..{step}, 'train': a finite number, "
+                      f"'val': a finite number}}, got {str(ev)[:60]}")
+    return {**history, "loss": list(loss), "eval": [dict(ev) for ev in history["eval"]]}
+
+
+def _finite(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
+
+
+def _checked_rng(rng: Any, path) -> dict[str, torch.Tensor]:
+    """The two generator states of a checkpoint, decoded and tried on a scratch generator."""
+    bad = ckpt.CheckpointError
+    if not isinstance(rng, dict):
+        raise bad(f"{path}: 'rng' must be an object with the generator states 'batches' and 'torch'")
+    size = len(torch.Generator().get_state())
+    out = {}
+    for key in ("batches", "torch"):
+        text = rng.get(key)
+        try:
+            state = ckpt.decode_rng(text)
+            if len(state) != size:
+                raise ValueError(f"{len(state)} bytes, a CPU generator state has {size}")
+            torch.Generator().set_state(state)  # the generator's own checks, on a scratch generator
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise bad(f"{path}: 'rng.{key}' is not a saved generator state ({str(exc)[:80]})") from exc
+        out[key] = state
+    return out
