@@ -113,3 +113,22 @@ def test_descent_lemma_bound_holds_on_a_logistic_loss():
             after = float(loss(theta.detach() - step * grad))
             assert after <= bound(float(loss(theta.detach())), step, float(grad @ grad), lip) + 1e-12
             assert after < float(loss(theta.detach()))  # a decrease, as the lemma guarantees for η < 2/L
+
+
+def test_worst_step_is_slow_only_through_the_bias_correction():
+    """The uncorrected worst ratio √(Σ a_i²/b_i) is at its limit within 1e-4 by t = 60; the bias correction
+    √(1 − β₂ᵗ)/(1 − β₁ᵗ) is what keeps the step low; a history grown over only the last 60 of 300 steps does
+    nearly as well as the full worst history."""
+    limit = float(ch3.adam_effective_step()["worst_default"])
+    for t in (60, 300, 1000):
+        uncorrected, correction = ch3.worst_parts(t)
+        assert abs(uncorrected - limit) < 1e-4 and abs(uncorrected * correction - ch3.worst_step(t)) < 1e-12
+    assert ch3.worst_parts(60)[1] < 0.25 and ch3.worst_parts(1000)[1] < 0.8
+    late = ch3.worst_history_step(300, growing=60)
+    assert abs(late - ch3.worst_step(300)) < 1e-4 * ch3.worst_step(300) and late < ch3.worst_step(300)
+    assert ch3.worst_history_step(300, growing=300) == ch3.worst_history_step(300)
+
+
+def test_descent_lemma_best_step_is_one_over_L():
+    dl = ch3.descent_lemma()
+    assert dl["best"] == [1 / dl["L"]] and sp.simplify(dl["curvature"] + dl["L"] * dl["G"]) == 0

@@ -135,6 +135,25 @@ def lr_ramp_one_step_too_long(step, max_lr, min_lr, warmup, total):
     return warmup_cosine_lr(step, max_lr, min_lr, warmup, total)
 
 
+def adam_returns_corrected_state(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    b1, b2 = betas
+    m_hat = (b1 * exp_avg + (1 - b1) * grad) / (1 - b1**step)
+    v_hat = (b2 * exp_avg_sq + (1 - b2) * grad**2) / (1 - b2**step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m_hat, v_hat  # state: m̂, v̂
+
+
+def adam_decay_without_lr(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    new, m, v = adam_step(param * (1 - weight_decay) / (1 - lr * weight_decay), grad, exp_avg, exp_avg_sq, step,
+                          lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    return new, m, v  # θ(1 − λ) in place of θ(1 − ηλ)
+
+
+def lr_cosine_past_total(step, max_lr, min_lr, warmup, total):  # no floor after total: the cosine climbs back
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+
+
 def gd_ascent(A, theta0, lr, steps):
     return gradient_descent(A, theta0, -lr, steps)
 
@@ -290,7 +309,9 @@ CATALOGUE = {
                   (adam_eps_inside_sqrt, ["differs", "√v̂ + ε"]),
                   (adam_step_off_by_one, ["differs", "case 1", "not step + 1"]),
                   (adam_correct_m_only, ["differs", "correct v too", "31.6η"]),
-                  (adam_float32, ["differs", "single precision"])],
+                  (adam_float32, ["differs", "single precision"]),
+                  (adam_returns_corrected_state, ["output[1] differs", "not the bias-corrected m̂, v̂"]),
+                  (adam_decay_without_lr, ["output[0] differs", "θ(1 − ηλ)", "not θ(1 − λ)"])],
         "right": [adam_pytorch_form, adam_numpy],
     },
     "warmup_cosine_lr": {
@@ -302,7 +323,8 @@ CATALOGUE = {
                   (lr_ramp_one_step_too_long, ["learning rate 0.0011, expected 0.001", "step=10", "step < warmup"]),
                   (lr_cosine_floor_added, ["learning rate 0.0011, expected 0.001", "step=10",
                                            "the cosine spans max_lr − min_lr"]),
-                  (lr_float32, ["expected", "single precision"])],
+                  (lr_float32, ["expected", "single precision"]),
+                  (lr_cosine_past_total, ["expected 0.0001", "step=500", "stay at min_lr after step total"])],
         "right": [lr_clamped, lr_numpy],
     },
     "gradient_descent": {

@@ -340,3 +340,18 @@ def test_bad_lr_in_a_later_group_creates_no_state():
     with pytest.raises(ValueError, match="learning rate"):
         opt.step()
     assert len(opt.state) == 0 and torch.equal(p.detach(), torch.zeros(3))
+
+
+def test_zero_size_parameter_steps_like_torch():
+    """A parameter with no elements (inf-norm undefined) is skipped by the finiteness check, as torch steps it."""
+    ps = [[nn.Parameter(torch.zeros(0, dtype=torch.float64)), nn.Parameter(torch.zeros(3, dtype=torch.float64))]
+          for _ in range(2)]
+    opts = [AdamW(ps[0], lr=0.1), torch.optim.AdamW(ps[1], lr=0.1)]
+    for group, opt in zip(ps, opts, strict=True):
+        for p in group:
+            p.grad = torch.ones_like(p)
+        opt.step()
+    assert torch.equal(ps[0][1], ps[1][1]) and ps[0][0].shape == (0,)
+    ps[0][1].grad = torch.tensor([0.0, float("nan"), 0.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match="non-finite"):
+        opts[0].step()

@@ -82,7 +82,7 @@ def test_half_precision_keeps_with_probability_one_minus_p(dtype, p):
     assert out.dtype == dtype
     kept = out != 0
     assert abs(kept.double().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
-    # each kept entry is 2/(1 − p) rounded once to dtype (so E[out] = x up to that rounding)
+    # each kept entry is 2/(1 − p) computed in float32, then rounded to dtype (E[out] = x up to that rounding)
     expected = torch.tensor(2.0 / (1 - p), dtype=torch.float32).to(dtype)
     assert torch.equal(out[kept], expected.expand(int(kept.sum())))
 

@@ -134,6 +134,9 @@ class AdamW(torch.optim.Optimizer):
             return
         # max |g| per tensor: NaN if an entry is NaN, inf if one is ±inf, finite otherwise (never overflows, unlike
         # the L2 norm); stack promotes dtypes
+        params = [p for p in params if p.numel() > 0]  # the inf-norm of an empty tensor raises
+        if not params:
+            return
         norms = torch.stack(torch._foreach_norm([p.grad for p in params], ord=float("inf")))
         if not torch.isfinite(norms).all():
             i = int((~torch.isfinite(norms)).nonzero()[0])

@@ -3,9 +3,10 @@
 Inverted dropout: in training each entry is kept with probability 1 − p and scaled by 1 / (1 − p), so the
 expected output equals the input, E[dropout(x)] = x; at evaluation it is the identity. The uniform numbers that
 decide "keep" are drawn in float32 at least (float64 for float64 inputs): drawn in bfloat16, whose grid near 1
-is 2⁻⁸, P(keep) would be off by up to 2⁻⁹ and p = 0.999 would keep nothing. In float16/bfloat16 the output
-x/(1 − p) is rounded to x's dtype, so there E[dropout(x)] = x holds up to that rounding. It changes *which*
-function training finds (a regularizer, like weight decay), not *how* the optimizer steps.
+is 2⁻⁸, P(keep) would be off by about 2⁻⁹ and p = 0.999 would keep nothing. In float16/bfloat16 the output
+x/(1 − p) is computed in float32, then rounded to x's dtype, so there E[dropout(x)] = x holds up to that
+rounding. It changes *which* function training finds (a regularizer, like weight decay), not *how* the optimizer
+steps.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def dropout(x: torch.Tensor, p: float, *, training: bool = True,
                          f"{'' if not isinstance(x, torch.Tensor) else ' of dtype ' + str(x.dtype)}")
     if not training or p == 0.0:
         return x
-    wide = _draw_dtype(x.dtype)  # in float16/bfloat16: x/(1 − p) computed in float32, then rounded once
+    wide = _draw_dtype(x.dtype)  # in float16/bfloat16: x/(1 − p) computed in float32, then rounded to x.dtype
     mask = dropout_mask(x.shape, p, generator=generator, dtype=wide, device=x.device)
     return (x * mask).to(x.dtype)  # x ⊙ keep / (1 − p)
 

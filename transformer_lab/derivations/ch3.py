@@ -52,7 +52,8 @@ def adam_effective_step() -> dict[str, sp.Expr]:
     * a constant gradient g gives m̂ = g, v̂ = g² at every t (the bias correction), so Δ = η g/(|g| + ε);
     * a lone spike (g_i = 0 for i < t) gives η (1 − β₁)/√(1 − β₂) · sign g as t → ∞ (ε = 0);
     * over all histories, |m_t|/√v_t ≤ √(Σᵢ a_i²/b_i) (Cauchy–Schwarz, a_i, b_i the weights of m and v),
-      attained by g_i ∝ a_i/b_i (``worst_t``, in units of η, bias corrections included); as t → ∞ that is
+      attained by g_i ∝ a_i/b_i (``worst_uncorrected_t``; ``worst_t``, in units of η, is it times the bias
+      correction's ``correction`` = √(1 − β₂ᵗ)/(1 − β₁ᵗ)); as t → ∞ that is
       (1 − β₁)/√((1 − β₂)(1 − β₁²/β₂)) when β₁² < β₂ (``worst``); when β₁² ≥ β₂ it grows without bound.
     """
     gr = sp.Symbol("g", real=True, nonzero=True)
@@ -69,13 +70,15 @@ def adam_effective_step() -> dict[str, sp.Expr]:
     weights = sp.Sum((1 - beta1) ** 2 / (1 - beta2) * r**j, (j, 0, t - 1)).doit()  # Σ a_i²/b_i, j = t − i
     generic = sp.piecewise_fold(weights).args[-1][0]  # the branch r ≠ 1
     worst_sq = sp.factor(generic.subs(r**t, 0))  # t → ∞ for 0 < r < 1
-    worst_t = sp.sqrt(weights) * sp.sqrt(1 - beta2**t) / (1 - beta1**t)  # η m̂/√v̂ on the worst history, finite t
+    correction = sp.sqrt(1 - beta2**t) / (1 - beta1**t)  # m̂/√v̂ = (m/√v) · this
+    worst_t = sp.sqrt(weights) * correction  # η m̂/√v̂ on the worst history, finite t
     default = {beta1: sp.Rational(9, 10), beta2: sp.Rational(999, 1000)}
     return {"general": general, "scale_invariant": sp.simplify(sp.factor_terms(scaled) - general),
             "m_const": m_const, "v_const": v_const, "steady": steady,
             "first_step": steady, "first_step_eps0": sp.simplify(steady.subs(eps, 0)),
             "spike_t": spike_t, "spike": spike, "spike_default": spike.subs(default),
             "worst_sum": weights, "worst_t": worst_t.subs(r, beta1**2 / beta2),
+            "worst_uncorrected_t": sp.sqrt(weights).subs(r, beta1**2 / beta2), "correction": correction,
             "worst": sp.sqrt(worst_sq).subs(r, beta1**2 / beta2),
             "worst_default": sp.sqrt(worst_sq.subs(r, beta1**2 / beta2).subs(default))}
 
@@ -83,7 +86,7 @@ def adam_effective_step() -> dict[str, sp.Expr]:
 @functools.cache
 def momentum_sums() -> dict[str, sp.Expr]:
     """Heavy-ball velocity v_{k+1} = β v_k + g_k from v_0 = 0: a constant gradient g gives g (1 − βᵏ)/(1 − β)
-    → g/(1 − β); an alternating one g_k = (−1)ᵏ g gives (−1)^{k+1} g (1 − (−β)ᵏ)/(1 + β), of size → g/(1 + β)."""
+    → g/(1 − β); an alternating one g_k = (−1)ᵏ g gives (−1)^{k+1} g (1 − (−β)ᵏ)/(1 + β): (−1)^{k+1} v_k → g/(1 + β)."""
     beta = sp.Symbol("beta", positive=True)
     gr = sp.Symbol("g", real=True, nonzero=True)
     k = sp.Symbol("k", integer=True, nonnegative=True)
@@ -114,13 +117,15 @@ def heavy_ball_quadratic() -> dict[str, object]:
 def descent_lemma() -> dict[str, sp.Expr]:
     """L-smooth loss (‖∇L(x) − ∇L(y)‖ ≤ L‖x − y‖): L(y) ≤ L(x) + ∇L(x)ᵀ(y − x) + (L/2)‖y − x‖², the remainder
     being ∫₀¹ (∇L(x + τd) − ∇L(x))ᵀd dτ ≤ ∫₀¹ Lτ‖d‖² dτ; at y = x − η∇L(x) the bound is
-    L(x) − η(1 − Lη/2)‖∇L(x)‖², a decrease for every 0 < η < 2/L."""
+    L(x) − η(1 − Lη/2)‖∇L(x)‖², a decrease for every 0 < η < 2/L, largest at η = 1/L (``best``: the root of its
+    η-derivative; ``curvature`` = −LG < 0, so a maximum)."""
     lip, tau, d, grad_sq, loss = sp.symbols("L tau d G L_x", positive=True)  # d = ‖y − x‖, G = ‖∇L(x)‖²
     remainder = sp.integrate(lip * tau * d**2, (tau, 0, 1))  # ≤ this
     bound = loss - eta * grad_sq + remainder.subs(d, eta * sp.sqrt(grad_sq))  # ∇Lᵀ(y − x) = −η G, ‖y − x‖ = η√G
     decrease = sp.factor(sp.expand(loss - bound))
     return {"L": lip, "G": grad_sq, "loss": loss, "remainder": remainder, "bound": sp.expand(bound), "decrease": decrease,
-            "descends": sp.solve_univariate_inequality(decrease / grad_sq > 0, eta, relational=False)}
+            "descends": sp.solve_univariate_inequality(decrease / grad_sq > 0, eta, relational=False),
+            "best": sp.solve(sp.diff(decrease, eta), eta), "curvature": sp.diff(decrease, eta, 2)}
 
 
 @functools.cache
@@ -177,15 +182,24 @@ def worst_step(steps: int, b1: float = 0.9, b2: float = 0.999) -> float:
     return float(st["worst_t"].subs({beta1: b1, beta2: b2, t: steps}).evalf(30))
 
 
-def worst_history_step(steps: int, b1: float = 0.9, b2: float = 0.999) -> float:
-    """Our AdamW's last |step|/η (lr = 1, ε ≈ 0) on the maximizing history g_i = (β₁/β₂)^{steps − i}."""
+def worst_parts(steps: int, b1: float = 0.9, b2: float = 0.999) -> tuple[float, float]:
+    """(max over histories of the uncorrected |m_t|/√v_t, the bias correction √(1 − β₂ᵗ)/(1 − β₁ᵗ)) at t = ``steps``;
+    their product is :func:`worst_step`."""
+    st, at = adam_effective_step(), {beta1: b1, beta2: b2, t: steps}
+    return float(st["worst_uncorrected_t"].subs(at).evalf(30)), float(st["correction"].subs(at).evalf(30))
+
+
+def worst_history_step(steps: int, b1: float = 0.9, b2: float = 0.999, growing: int | None = None) -> float:
+    """Our AdamW's last |step|/η (lr = 1, ε ≈ 0) on the maximizing history g_i = (β₁/β₂)^{steps − i}, or, with
+    ``growing``, on that history with every gradient before the last ``growing`` steps set to 0."""
     from transformer_lab.optim import AdamW
 
+    first = 1 if growing is None else steps - growing + 1  # g_i = 0 for i < first
     p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
     opt = AdamW([p], lr=1.0, betas=(b1, b2), eps=1e-300, weight_decay=0.0)
     for k in range(1, steps + 1):
         before = p.detach().clone()
-        p.grad = torch.full((1,), (b1 / b2) ** (steps - k), dtype=torch.float64)
+        p.grad = torch.full((1,), (b1 / b2) ** (steps - k) if k >= first else 0.0, dtype=torch.float64)
         opt.step()
     return float(before - p.detach())
 

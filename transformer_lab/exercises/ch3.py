@@ -93,19 +93,22 @@ def check_adam_step(fn) -> CheckResult:
     return _check("adam_step", fn, _ref_adam_step, cases, _ADAM_HINTS, **tol)
 
 
-def _adam_variant(*, correct="mv", coupled=False, decay_last=False, eps_inside=False, shift=0):
+def _adam_variant(*, correct="mv", coupled=False, decay_last=False, eps_inside=False, shift=0, hat_state=False,
+                  decay_without_lr=False):
     def step_fn(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
         b1, b2 = betas
         step = step + shift  # shift ≠ 0: the bias-correction exponent off by one
         if coupled:  # Adam + L2: the decay goes through the moments
             grad = grad + weight_decay * param
-        decayed = param if coupled or decay_last else param * (1 - lr * weight_decay)
+        shrink = 1 - (1 if decay_without_lr else lr) * weight_decay
+        decayed = param if coupled or decay_last else param * shrink
         m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
         m_hat = m / (1 - b1**step) if "m" in correct else m
         v_hat = v / (1 - b2**step) if "v" in correct else v
         denom = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
         new = decayed - lr * m_hat / denom
-        return (new * (1 - lr * weight_decay) if decay_last else new), m, v
+        new = new * (1 - lr * weight_decay) if decay_last else new
+        return (new, m_hat, v_hat) if hat_state else (new, m, v)
     return step_fn
 
 
@@ -120,6 +123,10 @@ _ADAM_HINTS = [
                                   "parameter directly, θ ← θ(1 − ηλ), and keeps the decay out of m and v"),
     (_adam_variant(decay_last=True), "apply the decay θ(1 − ηλ) to the parameter before the Adam update"),
     (_adam_variant(eps_inside=True), "ε is added after the square root: √v̂ + ε, not √(v̂ + ε)"),
+    (_adam_variant(hat_state=True), "return the raw averages m, v (the state the next step starts from), not the "
+                                    "bias-corrected m̂, v̂"),
+    (_adam_variant(decay_without_lr=True), "the decoupled decay is θ(1 − ηλ): λ is multiplied by the learning rate, "
+                                           "not θ(1 − λ)"),
 ]
 
 
@@ -163,6 +170,9 @@ _SCHEDULE_HINTS = [
      else _cosine(step, max_lr, min_lr, warmup, total),
      "the ramp covers steps 0, …, warmup − 1 (step < warmup) and reaches max_lr at warmup − 1; at step = warmup "
      "the cosine starts from max_lr"),
+    (lambda step, max_lr, min_lr, warmup, total: max_lr * (step + 1) / warmup if step < warmup
+     else min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * (step - warmup) / (total - warmup))) / 2,
+     "stay at min_lr after step total: the cosine must not keep going (and climb back) past the end"),
 ]
 
 
