@@ -65,6 +65,21 @@ def _softmax_float32(z):  # computes in float32: off by ~4e-8
     return stable_softmax(z.float())
 
 
+def _softmax_no_keepdim(z):  # the row max without keepdim: (3, 7) - (3,) does not broadcast
+    e = torch.exp(z - z.amax(dim=-1))
+    return e / e.sum(dim=-1)
+
+
+def _softmax_batch_sum(z):  # normalised by the sum over the whole batch
+    e = torch.exp(z - z.amax(dim=-1, keepdim=True))
+    return e / e.sum()
+
+
+def _softmax_epsilon(z):  # float64, with an epsilon in the denominator: not float32 round-off
+    e = torch.exp(z - z.amax(dim=-1, keepdim=True))
+    return e / (e.sum(-1, keepdim=True) + 1e-9)
+
+
 # ---- softmax_jacobian_at -------------------------------------------------------------------------------------
 
 
@@ -177,6 +192,18 @@ def _seq_by_cross_entropy(logits, tokens):  # right: minus F.cross_entropy witho
     return -nll.reshape(tokens.shape).sum(-1)
 
 
+def _seq_float32(logits, tokens):  # computes in float32: off by ~1e-6
+    return sequence_log_prob(logits.float(), tokens)
+
+
+def _seq_raw_logits(logits, tokens):  # sums the chosen logits, never normalised
+    return _picked(logits, tokens).sum(-1)
+
+
+def _seq_over_positions(logits, tokens):  # log-softmax over the positions (dim=-2)
+    return _picked(torch.log_softmax(logits, -2), tokens).sum(-1)
+
+
 # ---- chi_square_statistic -----------------------------------------------------------------------------------
 
 
@@ -246,6 +273,58 @@ def _chi2_neyman(counts, probs):  # divides by the observed count instead of the
     return torch.where(keep, (counts - e) ** 2 / torch.where(keep, counts.clamp_min(1), 1), 0.0).sum(-1)
 
 
+def _chi2_float32(counts, probs):  # computes in float32
+    return chi_square_statistic(counts.float(), probs.float())
+
+
+def _chi2_n_kept(counts, probs):  # N counted over the kept tokens only
+    n = torch.where(probs > 0, counts, 0).sum(-1, keepdim=True)
+    keep = probs > 0
+    return torch.where(keep, (counts - n * probs) ** 2 / torch.where(keep, n * probs, 1.0), 0.0).sum(-1)
+
+
+def _chi2_shortcut(counts, probs):  # X² = Σ O²/E - N: true only when the summed O add up to N
+    n = counts.sum(-1, keepdim=True).double()
+    keep = probs > 0
+    return torch.where(keep, counts.double() ** 2 / torch.where(keep, n * probs, 1.0), 0.0).sum(-1) - n.squeeze(-1)
+
+
+# ---- temperature_limit ----------------------------------------------------------------------------------------
+
+
+def temperature_limit(z, T):
+    keep = z == z.amax(dim=-1, keepdim=True) if T == 0 else z > float("-inf")
+    return keep.double() / keep.double().sum(dim=-1, keepdim=True)
+
+
+def _limit_by_softmax_of_mask(z, T):  # right: softmax of 0 on the sharing tokens and -inf elsewhere
+    keep = z == z.amax(dim=-1, keepdim=True) if T == 0 else torch.isfinite(z)
+    return torch.softmax(torch.where(keep, 0.0, -math.inf).to(z.dtype), dim=-1)
+
+
+def _limit_loop(z, T):  # right: plain Python over the rows
+    rows = z.reshape(-1, z.shape[-1]).tolist()
+    out = []
+    for row in rows:
+        share = [v == max(row) for v in row] if T == 0 else [v > -math.inf for v in row]
+        out.append([s / sum(share) for s in share])
+    return torch.tensor(out, dtype=z.dtype).reshape(z.shape)
+
+
+def _limit_argmax(z, T):  # one-hot at argmax: tied maxima do not share
+    if T != 0:
+        return temperature_limit(z, T)
+    return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).to(z.dtype)
+
+
+def _limit_numeric(z, T):  # softmax at T = 1e-6 or 1e6: close, but not the limit
+    return torch.softmax(z / (1e-6 if T == 0 else 1e6), dim=-1)
+
+
+def _limit_all_tokens(z, T):  # uniform over every token, -inf ones included
+    return temperature_limit(z, T) if T == 0 else torch.full_like(z, 1 / z.shape[-1])
+
+
 CATALOGUE = {
     "stable_softmax": {
         "wrong": [
@@ -258,6 +337,9 @@ CATALOGUE = {
             (lambda z: stable_softmax(z.T).T if z.dim() > 1 else stable_softmax(z), ["differs in", "case 2", "dim=-1"]),
             (lambda z: stable_softmax(z).sum(-1), ["shape"]),
             (_softmax_float32, ["differs in", "case 1", "float32 round-off", "float64"]),
+            (_softmax_no_keepdim, ["raised RuntimeError", "case 2", "keepdim=True"]),
+            (_softmax_batch_sum, ["differs in", "case 2", "whole batch"]),
+            (_softmax_epsilon, ["differs in", "case 1"]),
         ],
         "right": [_softmax_numpy, _softmax_via_logsumexp, _softmax_by_rows],
     },
@@ -272,6 +354,9 @@ CATALOGUE = {
                 *z.shape, z.shape[-1]), ["case 1", "Jacobian of log-softmax"]),
             (_jacobian_naive, ["NaN", "case 3", "stable"]),
             (lambda z: softmax_jacobian_at(z)[..., 0, :], ["shape", "case 1"]),
+            (lambda z: softmax_jacobian_at(z.float()), ["differs in", "case 1", "float32 round-off"]),
+            (lambda z: (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2))(torch.softmax(z, 0)),
+             ["differs in", "case 2", "dim=-1"]),
         ],
         "right": [_jacobian_by_autograd, _jacobian_by_loops, _jacobian_einsum],
     },
@@ -300,6 +385,9 @@ CATALOGUE = {
              ["differs in", "case 1"]),  # the mean over positions, not the sum
             (_shifted_alignment, ["differs in", "case 1", "scores tokens[..., t]"]),
             (lambda logits, tokens: -sequence_log_prob(logits, tokens), ["differs in", "case 1", "sign is flipped"]),
+            (_seq_float32, ["differs in", "case 1", "float32 round-off"]),
+            (_seq_raw_logits, ["differs in", "case 1", "raw logits", "log_softmax"]),
+            (_seq_over_positions, ["differs in", "case 1", "dim=-2"]),
         ],
         "right": [_seq_by_logsumexp, _seq_by_cross_entropy],
     },
@@ -314,20 +402,34 @@ CATALOGUE = {
             (_chi2_nansum, ["case 5", "even when their count is not 0"]),
             (_chi2_n_is_v, ["differs in", "case 1", "not the number of tokens"]),
             (_chi2_absolute, ["differs in", "case 1", "square the difference"]),
+            (_chi2_float32, ["differs in", "float32 round-off"]),
+            (_chi2_n_kept, ["differs in", "case 5", "including the draws of removed tokens"]),
+            (_chi2_shortcut, ["differs in", "case 5"]),
         ],
         "right": [_chi2_loop, _chi2_expanded],
+    },
+    "temperature_limit": {
+        "wrong": [
+            (_limit_argmax, ["differs in", "case 5", "tied maxima share"]),
+            (lambda z, T: temperature_limit(z, math.inf if T == 0 else 0.0), ["differs in", "case 1", "swapped"]),
+            (_limit_all_tokens, ["differs in", "case 6", "-inf", "finite logit"]),
+            (_limit_numeric, ["differs in", "case 2", "finite T"]),
+            (lambda z, T: temperature_limit(z, T).float(), ["differs in", "case 2", "float32 round-off"]),
+            (lambda z, T: torch.softmax(z, -1), ["differs in", "case 1", "finite T"]),  # softmax at T = 1
+        ],
+        "right": [_limit_by_softmax_of_mask, _limit_loop],
     },
 }
 
 
 def test_registry():
     assert registry(2) == ch2.EXERCISES
-    assert set(ch2.EXERCISES) == {"stable_softmax", "softmax_jacobian_at", "top_p_filter", "sequence_log_prob",
-                                  "chi_square_statistic"}
+    assert set(ch2.EXERCISES) == {"stable_softmax", "softmax_jacobian_at", "temperature_limit", "top_p_filter",
+                                  "sequence_log_prob", "chi_square_statistic"}
 
 
-@pytest.mark.parametrize("fn", [stable_softmax, softmax_jacobian_at, top_p_filter, sequence_log_prob,
-                                chi_square_statistic])
+@pytest.mark.parametrize("fn", [stable_softmax, softmax_jacobian_at, temperature_limit, top_p_filter,
+                                sequence_log_prob, chi_square_statistic])
 def test_solutions_pass(fn):
     result = ch2.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -366,8 +468,33 @@ def test_top_p_boundary_case_is_exact():
     ("chi_square_statistic", _chi2_absolute, ["frequencies", "expected count"]),
     ("chi_square_statistic", _chi2_n_is_v, ["frequencies", "whole batch"]),
     ("stable_softmax", _softmax_float32, ["overflows", "maximum"]),
+    ("stable_softmax", _softmax_epsilon, ["float32", "hint"]),  # float64 near miss: not float32 round-off
+    ("chi_square_statistic", _chi2_shortcut, ["hint"]),  # no typical-mistake hint fits it
+    ("temperature_limit", lambda z, T: torch.softmax(z, -1), ["share the mass equally", "swapped", "float32"]),
 ])
 def test_a_hint_fires_only_for_its_own_mistake(name, wrong, not_words):
     """The review found case-1 hints blaming unrelated mistakes (a sign error told about alignment)."""
     message = ch2.EXERCISES[name](wrong).message
     assert not any(w in message for w in not_words), message
+
+
+def test_top_p_cases_test_ties_inside_and_outside_the_nucleus():
+    """The page says tied tokens inside or outside the nucleus are tested (the review found only ties inside)."""
+    kept_ties = dropped_ties = 0
+    for case in ch2._top_p_cases():
+        z = case["logits"].reshape(-1, case["logits"].shape[-1])
+        kept = torch.isfinite(ch2._top_p_reference(**case)).reshape(z.shape)
+        for row, keep in zip(z, kept, strict=True):
+            for v in row.unique():
+                tied = row == v
+                if int(tied.sum()) > 1:
+                    assert keep[tied].all() or not keep[tied].any()  # kept or dropped together
+                    kept_ties += bool(keep[tied].all())
+                    dropped_ties += not bool(keep[tied].any())
+    assert kept_ties >= 1 and dropped_ties >= 1
+
+
+def test_chi_square_shortcut_breaks_with_a_drawn_removed_token():
+    """The solution says X² = Σ O²/E - N fails when a removed token was drawn (case 5): it is negative there."""
+    case = list(ch2._chi2_cases())[4]
+    assert float(_chi2_shortcut(**case)) < 0 < float(chi_square_statistic(**case))

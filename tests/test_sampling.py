@@ -54,10 +54,10 @@ LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0], dtype=torch.float64)
     ({"top_k": 3}, [0, 1, 2]),
     ({"top_k": 1}, [0]),
     ({"top_k": 100}, [0, 1, 2, 3, 4, 5]),
-    ({"top_p": 0.5}, [0]),  # p_0 = 0.55 already reaches 0.5
+    ({"top_p": 0.5}, [0]),  # p_0 = 0.561 already reaches 0.5
     ({"top_p": 0.7}, [0, 1]),
     ({"top_p": 1.0}, [0, 1, 2, 3, 4, 5]),
-    ({"temperature": 0.5, "top_p": 0.7}, [0]),  # sharper: p_0 = 0.81
+    ({"temperature": 0.5, "top_p": 0.7}, [0]),  # sharper: p_0 = 0.829
     ({"top_k": 3, "top_p": 0.9}, [0, 1, 2]),
     ({"top_k": 2, "top_p": 0.7}, [0]),  # top-p on the renormalised top-k cut: p_0 = e²/(e² + e) = 0.73 >= 0.7
     ({"top_p": 0.7, "temperature": 0.5}, [0]),  # top-p after temperature (at T = 1 it keeps 2)
@@ -258,3 +258,28 @@ def test_tiny_temperature_is_argmax_in_every_dtype(dtype):
     assert set(ids[1].tolist()) == {0, 2}  # the tied maxima share the mass
     big = torch.tensor([1e4, 1e4 - 1, 0.0], dtype=torch.float32)  # float32: 1e4 / 1e-40 would overflow too
     assert (sample(big, temperature=1e-40, num_samples=100) == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scaled_uniform_stays_below_the_total(dtype):
+    """sample's docstring: F_V can round below 1, and u · F_V < F_V for the largest u < 1 (round-to-nearest)."""
+    g = torch.Generator().manual_seed(0)
+    totals = torch.softmax(torch.randn(200, 3000, generator=g, dtype=dtype) * 3, -1).cumsum(-1)[:, -1]
+    assert (totals < 1).any()
+    u_max = torch.nextafter(torch.tensor(1.0, dtype=dtype), torch.tensor(0.0, dtype=dtype))
+    many = torch.rand(10**5, generator=g, dtype=dtype) * 4 + 0.25
+    assert (u_max * totals < totals).all() and (u_max * many < many).all()
+
+
+def test_tiny_temperature_gives_large_negative_logits_not_inf():
+    """filter_logits' docstring: (z - max z) / T at T = 1e-4 is -5000 for a gap of 0.5 in float64, not -inf."""
+    z = filter_logits(torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64), temperature=1e-4)
+    assert z.tolist() == [0.0, -5000.0, -10000.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_temperature_below_the_dtypes_range_is_argmax_not_nan(dtype):
+    """T = 1e-300 rounds to 0 in float32: (z - max z) / T was 0 / 0 = NaN at the maximum."""
+    z = filter_logits(torch.tensor([0.5, 1.0, -2.0], dtype=dtype), temperature=1e-300)
+    assert z.tolist() == [-math.inf, 0.0, -math.inf]
+    assert int(sample(torch.tensor([0.5, 1.0, -2.0], dtype=dtype), temperature=1e-300)) == 1

@@ -52,8 +52,10 @@ def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int 
     """Logits (..., V) divided by ``temperature``, with ``-inf`` at every token top-k or top-p removes; same dtype
     (computed in float32 for float16/bfloat16).
 
-    With ``temperature != 1`` each row's (finite) maximum is subtracted before the division, so that a tiny T gives
-    0 at the maximum and ``-inf`` elsewhere instead of overflowing (softmax is unchanged by the shift); with T = 1
+    With ``temperature != 1`` each row's (finite) maximum is subtracted before the division, so every result is
+    <= 0 and none overflows to ``+inf`` however small T is: 0 at the maximum, and elsewhere a large negative number
+    (-5000 for a gap of 0.5 at T = 1e-4) that becomes ``-inf`` only once the quotient exceeds the dtype's range
+    (softmax is unchanged by the shift); with T = 1
     the kept logits are returned unchanged. ``top_k`` larger than V keeps everything; ``top_p = 1`` keeps
     everything; the most probable token is always kept, so every row keeps at least one token.
     """
@@ -69,7 +71,9 @@ def _filter(logits, temperature, top_k, top_p) -> torch.Tensor:
     else:
         m = logits.amax(dim=-1, keepdim=True)  # the row maximum   (..., 1)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # an all -inf or +inf row is left to sample
-        z = (logits - m) / temperature  # (z - max z) / T <= 0: cannot overflow   (..., V)
+        # (z - max z) / T <= 0: cannot overflow; the maximum is set to 0 exactly, since a T below the dtype's
+        # smallest number rounds to 0 there and 0 / 0 would be NaN   (..., V)
+        z = torch.where(logits == m, 0.0, (logits - m) / temperature)
     if top_k is not None and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]  # the k-th largest logit   (..., 1)
         z = z.masked_fill(z < kth, float("-inf"))  # keep z_i >= z_(k)
@@ -86,12 +90,15 @@ def _filter(logits, temperature, top_k, top_p) -> torch.Tensor:
 def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, generator: torch.Generator | None = None,
            num_samples: int | None = None) -> torch.Tensor:
-    """Token ids drawn from ``softmax(filter_logits(logits, ...))``, int64.
+    """Token ids drawn from ``softmax(filter_logits(logits, ...))``, int64 (for float16/bfloat16 logits, from the
+    softmax of the float32 filtered logits, before :func:`filter_logits` rounds them back to the input's dtype).
 
     logits (..., V) -> (...): one token per row; with ``num_samples=n``, (..., n): n independent tokens per row
     (the distribution is computed once, so many draws never build an (n, V) matrix).
     Inverse-CDF sampling: with ``u ~ U[0, 1)`` from ``generator``, return the first i with
-    ``F_i = p_1 + ... + p_i > u · F_V``; a token of probability 0 can never be drawn. p, F and u are float32 for
+    ``F_i = p_1 + ... + p_i > u · F_V`` (scaled by the computed total ``F_V``, which can round below 1; in
+    round-to-nearest ``u · F_V < F_V`` for every u < 1), clamped to the last token of positive probability as a
+    guard; a token of probability 0 can never be drawn. p, F and u are float32 for
     float16/bfloat16 logits, else in the logits' dtype.
     """
     if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)

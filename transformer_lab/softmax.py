@@ -6,7 +6,10 @@ The output layer of a language model turns a vector of scores (logits) into a di
 
 Both functions here subtract the row maximum first (softmax is invariant to adding a constant, chapter 2 proves
 it), so no ``exp`` ever overflows. Everything works in float32 and float64 and is differentiable by autograd, in
-reverse and forward mode (``torch.func.jacrev``, ``jacfwd``, ``jvp``, ``hessian``).
+reverse and forward mode (``torch.func.jacrev``, ``jacfwd``, ``jvp``, ``hessian``), with one limit: forward mode
+nested in forward mode (``jacfwd(jacfwd(softmax))``, a ``jvp`` of a ``jvp``) silently gives a second derivative of
+0 through the custom ``autograd.Function`` (a limit of PyTorch's custom Functions); for second derivatives use
+``hessian`` (forward over reverse) or ``jacrev(jacrev(...))``, which are exact.
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ class _Softmax(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, t: torch.Tensor, _dim_tangent):
-        """Forward mode (torch.func.jvp, jacfwd, hessian): ṗ = J t = p ⊙ (t − ⟨t, p⟩)."""
+        """Forward mode (torch.func.jvp, jacfwd, hessian): ṗ = J t = p ⊙ (t − ⟨t, p⟩).
+
+        Not differentiable by an enclosing forward mode: jvp of a jvp returns 0 (see the module docstring).
+        """
         (p,) = ctx.saved_tensors
         return p * (t - (t * p).sum(dim=ctx.dim, keepdim=True))
 

@@ -1,16 +1,18 @@
-"""Chapter 2 exercises (probability): a stable softmax, the softmax Jacobian, nucleus filtering, the chain rule in
-log space, and the chi-square statistic of a sampler check.
+"""Chapter 2 exercises (probability): a stable softmax, the softmax Jacobian, the temperature limits, nucleus
+filtering, the chain rule in log space, and the chi-square statistic of a sampler check.
 
 Each ``check_<name>(fn)`` compares a student's function with ours on float64 inputs (random rows, logits of
 ±1000 and more, tied logits, rows whose maximum is not the first entry, a nucleus that reaches ``top_p`` exactly,
 length-1 sequences, a count at a removed token) and returns a :class:`~transformer_lab.exercises.CheckResult`
 saying what differs. A hint is added only when the student's output on the failing case equals what a typical
-mistake gives (or shows its symptom, such as NaN), so it never blames the wrong mistake.
+mistake gives (or shows its symptom, such as NaN, or float32 round-off in a float32-representable answer), so it
+never blames the wrong mistake.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable
 
@@ -23,7 +25,7 @@ from transformer_lab.softmax import softmax as _softmax
 from transformer_lab.softmax import softmax_jacobian as _jacobian_from_p
 
 __all__ = ["EXERCISES", "check_chi_square_statistic", "check_sequence_log_prob", "check_softmax_jacobian_at",
-           "check_stable_softmax", "check_top_p_filter"]
+           "check_stable_softmax", "check_temperature_limit", "check_top_p_filter"]
 
 Mistake = tuple[Callable[[dict, torch.Tensor, torch.Tensor], bool], str]  # ((case, got, expected) -> shows it?, hint)
 
@@ -52,6 +54,10 @@ def _check(name: str, fn, reference, cases, mistakes: list[Mistake], **tol) -> C
     cases = list(cases)
     result = check_function(name, fn, reference, cases, **tol)
     found = re.search(r"\(on case (\d+):", result.message)
+    if result.message.startswith("raised RuntimeError") and "must match the size of tensor" in result.message:
+        return CheckResult(result.name, False, f"{result.message} (hint: a reduction over the last dimension "
+                                               "drops it; keep it with keepdim=True so the result broadcasts "
+                                               "against the rows, e.g. z.amax(dim=-1, keepdim=True))")
     if result.passed or found is None or result.message.startswith("raised") or "has shape" in result.message:
         return result
     case = cases[int(found.group(1)) - 1]
@@ -96,9 +102,16 @@ def _shifted(shift):
 
 
 def _float32_like(case, got, expected) -> bool:
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+    """float32 round-off: the answer is float32 (or exactly representable in float32) and within 1e-6."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not got.is_floating_point():
         return False
-    return got.dtype != expected.dtype or float((got.detach().double() - expected).abs().max()) < 1e-6
+    got = got.detach()
+    in_float32 = got.dtype == torch.float32 or torch.equal(got.double(), got.float().double())
+    return in_float32 and float((got.double() - expected).abs().max()) < 1e-6
+
+
+_FLOAT32_HINT = (_float32_like, "the difference is float32 round-off: compute in the input's dtype (float64), "
+                                "without converting to float32")
 
 
 _SOFTMAX_MISTAKES: list[Mistake] = [
@@ -111,8 +124,9 @@ _SOFTMAX_MISTAKES: list[Mistake] = [
      "shift each row by its own maximum, so that every exponent is <= 0; a shift by the row's minimum, mean or "
      "first entry still leaves an exponent of +1000 here"),
     (_like(lambda z: _softmax(z, dim=0)), "the softmax is over the last dimension (dim=-1), each row separately"),
-    (_float32_like, "the difference is float32 round-off: compute in the input's dtype (float64), without "
-                    "converting to float32"),
+    (_like(lambda z: torch.exp(z - z.amax(-1, keepdim=True)) / torch.exp(z - z.amax(-1, keepdim=True)).sum()),
+     "normalise each row by its own sum, e.sum(dim=-1, keepdim=True): e.sum() adds up the whole batch"),
+    _FLOAT32_HINT,
 ]
 
 
@@ -153,6 +167,9 @@ _JACOBIAN_MISTAKES: list[Mistake] = [
     (_like(lambda z: torch.eye(z.shape[-1], dtype=z.dtype) - _softmax(z, dim=-1).unsqueeze(-2).expand(
         *z.shape, z.shape[-1])), "that is the Jacobian of log-softmax, I - 1 pᵀ; multiply row i by p_i"),
     (_has_nan, "exp overflows for logits near 1000: compute p with a stable (max-shifted) softmax"),
+    (_like(lambda z: _jacobian_from_p(_softmax(z, dim=0))),
+     "p = softmax(z) is over the last dimension (dim=-1), each row separately"),
+    _FLOAT32_HINT,
 ]
 
 
@@ -160,6 +177,70 @@ def check_softmax_jacobian_at(fn) -> CheckResult:
     """``softmax_jacobian_at(z)``: ∂softmax(z)_i/∂z_j = p_i(δ_ij - p_j), z (..., n) -> (..., n, n)."""
     return _check("softmax_jacobian_at", fn, _jacobian_reference, _jacobian_cases(), _JACOBIAN_MISTAKES,
                   atol=1e-12, rtol=1e-10)
+
+
+def _temperature_limit_reference(z, T):
+    """lim softmax(z / t) as t -> T, for T = 0 (from above) or T = inf; z (..., V) finite or -inf -> (..., V).
+
+    T -> 0+: the mass is shared equally by the tied maxima. T -> inf: uniform over the tokens with a finite logit
+    (a -inf logit gives probability 0 at every T).
+    """
+    keep = z == z.amax(dim=-1, keepdim=True) if T == 0 else z > float("-inf")  # the tokens sharing the mass
+    keep = keep.to(z.dtype)
+    return keep / keep.sum(dim=-1, keepdim=True)
+
+
+def _temperature_limit_cases(seed: int = 5):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.tensor([1.5, 0.25, -0.5], dtype=torch.float64)
+    yield {"z": z, "T": 0.0}
+    yield {"z": z, "T": math.inf}
+    yield {"z": randn(gen, 4, 6, scale=3), "T": 0.0}  # a batch; the maximum anywhere in the row
+    yield {"z": randn(gen, 3, 5, scale=3) + 1000.0, "T": math.inf}
+    yield {"z": torch.tensor([[2.0, 2.0, -1.0], [0.0, 0.0, 0.0], [-1.0, 3.0, 3.0]], dtype=torch.float64),
+           "T": 0.0}  # tied maxima share the mass
+    yield {"z": torch.tensor([[1.0, float("-inf"), 0.0, 0.5]], dtype=torch.float64), "T": math.inf}  # removed token
+    # maxima 1e-9 apart are not tied: the limit is one-hot, though softmax(z / 1e-6) is still near (0.5, 0.5)
+    yield {"z": torch.tensor([[1.0, 1.0 - 1e-9, 0.0]], dtype=torch.float64), "T": 0.0}
+
+
+def _near_limit(case, got, expected) -> bool:
+    """The answer is softmax(z / t) at a finite t (a power of 10 from 1e-12 to 1e12), not the limit."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not got.is_floating_point():
+        return False
+    got = got.detach().double()
+    with torch.no_grad():
+        for k in range(-12, 13):
+            value = _softmax(case["z"] / 10.0**k, dim=-1)
+            if torch.allclose(got, value, rtol=1e-9, atol=1e-12) and not torch.allclose(expected, value, rtol=1e-12,
+                                                                                      atol=1e-12):
+                return True
+    return False
+
+
+def _one_hot_argmax(z, T):
+    return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).to(z.dtype)
+
+
+_TEMPERATURE_MISTAKES: list[Mistake] = [
+    (_like(lambda z, T: _one_hot_argmax(z, T) if T == 0 else _temperature_limit_reference(z, T)),
+     "tied maxima share the mass equally, 1/k each: argmax picks only the first of them"),
+    (_like(lambda z, T: _temperature_limit_reference(z, math.inf if T == 0 else 0.0)),
+     "the limits are swapped: as T -> 0 the gaps z_max - z_i are divided by a tiny T and the mass goes to the "
+     "maximum; as T -> inf every gap vanishes and the distribution becomes uniform"),
+    (_like(lambda z, T: torch.full_like(z, 1 / z.shape[-1]) if T != 0 else _temperature_limit_reference(z, T)),
+     "a token with logit -inf has probability 0 at every temperature (-inf / T = -inf): the limit is uniform over "
+     "the tokens with a finite logit"),
+    (_near_limit, "that is softmax at a finite T, not its limit: the limit is exact (1/k on the k tied maxima as "
+                  "T -> 0, 1/(number of finite logits) as T -> inf); two logits 1e-9 apart are not tied"),
+    _FLOAT32_HINT,
+]
+
+
+def check_temperature_limit(fn) -> CheckResult:
+    """``temperature_limit(z, T)``: lim softmax(z / t) as t -> T for T = 0 (from above) or T = inf, exactly."""
+    return _check("temperature_limit", fn, _temperature_limit_reference, _temperature_limit_cases(),
+                  _TEMPERATURE_MISTAKES, atol=1e-12, rtol=1e-12)
 
 
 def _top_p_reference(logits, top_p):
@@ -178,7 +259,10 @@ def _top_p_cases(seed: int = 1):
     # descending cumulative sum and for an ascending one (Hugging Face's "drop while cumsum <= 1 - p")
     yield {"logits": torch.log(torch.tensor([0.1875, 0.5, 0.0625, 0.25], dtype=torch.float64)), "top_p": 0.75}
     yield {"logits": torch.tensor([[1.0, 1.0, 0.0, -5.0], [3.0, -1.0, 3.0, 0.0]], dtype=torch.float64),
-           "top_p": 0.6}  # ties inside the nucleus: every tied token is kept or dropped together
+           "top_p": 0.6}  # ties inside the nucleus: both tied tokens are kept
+    # ties outside it: p = (0.757, 0.102, 0.102, 0.038), the first token alone reaches 0.5 (far from the boundary),
+    # so both tied tokens are dropped
+    yield {"logits": torch.tensor([2.0, 0.0, 0.0, -1.0], dtype=torch.float64), "top_p": 0.5}
 
 
 def _top_p_by_rule(drop_rule, sort=True, restore=True):
@@ -249,6 +333,11 @@ _SEQ_MISTAKES: list[Mistake] = [
     (lambda case, got, expected: isinstance(got, torch.Tensor) and bool(torch.isinf(got).any()),
      "log(softmax(z)) is -inf when a probability rounds to 0; use z - logsumexp(z), i.e. log_softmax"),
     (_has_nan, "exp(z) overflows for logits near 1000: use log_softmax (z - logsumexp(z)), which shifts by the max"),
+    (_like(lambda logits, tokens: _picked(logits, tokens).sum(-1)),
+     "those are the raw logits of the tokens: a log-probability is z_y - logsumexp(z), normalise with log_softmax"),
+    (_like(lambda logits, tokens: _picked(log_softmax(logits, dim=-2), tokens).sum(-1)),
+     "log_softmax over the vocabulary (dim=-1), not over the positions (dim=-2)"),
+    _FLOAT32_HINT,
 ]
 
 
@@ -284,7 +373,7 @@ def _chi2_cases(seed: int = 3):
 def _chi2_with(divide_by=None, n=None, power=2):
     """X² with one ingredient changed: the denominator, the N, or |O - E|^power."""
     def variant(counts, probs):
-        total = counts.sum(-1, keepdim=True).double() if n is None else n(counts)
+        total = counts.sum(-1, keepdim=True).double() if n is None else n(counts, probs)
         expected = total * probs
         den = expected if divide_by is None else divide_by(counts, expected)
         keep = probs > 0
@@ -307,11 +396,14 @@ _CHI2_MISTAKES: list[Mistake] = [
      "use counts, not frequencies: with frequencies the statistic is X² / N"),
     (_like(_chi2_with(divide_by=lambda counts, expected: counts.double())),
      "divide by the expected count E_i = N p_i, not the observed one (that is Neyman's statistic)"),
-    (_like(_chi2_with(n=lambda counts: counts.sum().double())),
+    (_like(_chi2_with(n=lambda counts, probs: counts.sum().double())),
      "N is the number of draws of each row, counts.sum(-1), not of the whole batch"),
-    (_like(_chi2_with(n=lambda counts: torch.tensor(float(counts.shape[-1]), dtype=torch.float64))),
+    (_like(_chi2_with(n=lambda counts, probs: torch.tensor(float(counts.shape[-1]), dtype=torch.float64))),
      "N is the number of draws, counts.sum(-1), not the number of tokens"),
     (_like(_chi2_with(power=1)), "square the difference: (O_i - E_i)², not |O_i - E_i|"),
+    (_like(_chi2_with(n=lambda counts, probs: torch.where(probs > 0, counts, 0).sum(-1, keepdim=True).double())),
+     "N is every draw of the row, counts.sum(-1), including the draws of removed tokens (p_i = 0)"),
+    _FLOAT32_HINT,
 ]
 
 
@@ -323,5 +415,5 @@ def check_chi_square_statistic(fn) -> CheckResult:
 
 
 EXERCISES = {"stable_softmax": check_stable_softmax, "softmax_jacobian_at": check_softmax_jacobian_at,
-             "top_p_filter": check_top_p_filter,
+             "temperature_limit": check_temperature_limit, "top_p_filter": check_top_p_filter,
              "sequence_log_prob": check_sequence_log_prob, "chi_square_statistic": check_chi_square_statistic}
