@@ -3,6 +3,7 @@ and rejects the typical wrong answers of ``CATALOGUE`` with a message that names
 hint)."""
 
 import functools
+import math
 
 import pytest
 import torch
@@ -12,8 +13,21 @@ from transformer_lab.exercises import ch7, registry
 
 
 # ---------------------------------------------------------------- solutions (as on the page)
+def overflow_point(pattern, dtype):
+    log_max = math.log(torch.finfo(dtype).max)
+    lo, hi = 0.0, log_max  # LSE(a p) >= a, so the root is below log(max)
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if torch.logsumexp(mid * pattern, 0) < log_max:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
 def stable_logsumexp(x):
     m = x.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a fully masked row: shift by 0
     return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).squeeze(-1)
 
 
@@ -36,6 +50,31 @@ def layer_norm_backward(x, g, eps):
 
 
 # ---------------------------------------------------------------- typical wrong answers
+def op_largest_term(pattern, dtype):
+    return math.log(torch.finfo(dtype).max)  # where e^a alone overflows
+
+
+def op_log2(pattern, dtype):
+    return math.log2(torch.finfo(dtype).max)  # the base-2 logarithm
+
+
+def op_float32_max(pattern, dtype):
+    return overflow_point(pattern, torch.float32)
+
+
+def op_all_terms_equal(pattern, dtype):
+    return math.log(torch.finfo(dtype).max) - math.log(len(pattern))
+
+
+def op_max_itself(pattern, dtype):
+    return torch.finfo(dtype).max
+
+
+def lse_unmasked_max(x):  # the old page solution: NaN for a fully masked row
+    m = x.amax(dim=-1, keepdim=True)
+    return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).squeeze(-1)
+
+
 def lse_naive(x):
     return torch.log(torch.exp(x).sum(-1))
 
@@ -68,6 +107,16 @@ def ln_unbiased(x, weight, bias, eps):
 def ln_eps_outside(x, weight, bias, eps):
     mean = x.mean(-1, keepdim=True)
     return (x - mean) / (x.var(-1, keepdim=True, correction=0).sqrt() + eps) * weight + bias
+
+
+def ln_no_eps(x, weight, bias, eps):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / x.var(-1, keepdim=True, correction=0).sqrt() * weight + bias
+
+
+def ln_eps_squared(x, weight, bias, eps):
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, correction=0) + eps**2) * weight + bias
 
 
 def ln_no_bias(x, weight, bias, eps):
@@ -152,6 +201,11 @@ def lnb_sums(x, g, eps):
     return r * (g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True))
 
 
+def lnb_x_not_xhat(x, g, eps):
+    _xhat, r = _xhat_r(x, eps)
+    return r * (g - g.mean(-1, keepdim=True) - x * (g * x).mean(-1, keepdim=True))
+
+
 def lnb_eps_outside(x, g, eps):
     mean = x.mean(-1, keepdim=True)
     r = 1 / (x.var(-1, keepdim=True, correction=0).sqrt() + eps)
@@ -160,12 +214,28 @@ def lnb_eps_outside(x, g, eps):
 
 
 # ---------------------------------------------------------------- correct answers in other styles
+def op_fixed_point(pattern, dtype):
+    log_max = math.log(torch.finfo(dtype).max)
+    a = 0.0
+    for _ in range(5000):  # a = log(max) - log sum_i e^{a (p_i - 1)}: a contraction, since max p = 1
+        a = log_max - math.log(sum(math.exp(a * (v - 1)) for v in pattern.tolist()))
+    return a
+
+
+def op_newton(pattern, dtype):
+    log_max = math.log(torch.finfo(dtype).max)
+    a = torch.tensor(log_max, dtype=torch.float64)
+    for _ in range(50):  # Newton on LSE(a p) - log(max); its derivative is softmax(a p) . p
+        a = a - (torch.logsumexp(a * pattern, 0) - log_max) / (torch.softmax(a * pattern, 0) @ pattern)
+    return a.item()
+
+
 def lse_logaddexp(x):
     return functools.reduce(torch.logaddexp, x.unbind(-1))  # log(e^a + e^b), pairwise
 
 
 def lse_max_values(x):
-    m = torch.max(x, dim=-1).values
+    m = torch.max(x, dim=-1).values.nan_to_num(neginf=0.0)  # a fully masked row: shift by 0
     return m + torch.log(torch.sum(torch.exp(x - m.unsqueeze(-1)), dim=-1))
 
 
@@ -209,8 +279,19 @@ def lnb_sums_over_C(x, g, eps):
 
 
 CATALOGUE = {
+    "overflow_point": {
+        "wrong": [
+            (op_largest_term, ["four equal logits", "the other terms count too"]),
+            (op_log2, ["one logit", "natural logarithm", "not math.log2"]),
+            (op_float32_max, ["one logit", "torch.finfo(dtype).max, not float32's"]),
+            (op_all_terms_equal, ["the figure's pattern", "treats all n terms as equal", "bisection"]),
+            (op_max_itself, ["one logit", "differs in", "natural logarithm"]),
+        ],
+        "right": [op_fixed_point, op_newton],
+    },
     "stable_logsumexp": {
         "wrong": [
+            (lse_unmasked_max, ["a fully masked row (all -inf)", "NaN", "shift such a row by 0"]),
             (lse_naive, ["huge logits", "inf", "subtract m = max(x)"]),
             (lse_max_not_added_back, ["ordinary logits", "differs in"]),
             (lse_mean_shift, ["huge logits"]),
@@ -222,7 +303,9 @@ CATALOGUE = {
     "layer_norm_rows": {
         "wrong": [
             (ln_unbiased, ["unit weight, zero bias", "divides by C, not C - 1", "correction=0", "worst at"]),
-            (ln_eps_outside, ["eps > 0", "inside the square root"]),
+            (ln_eps_outside, ["eps > 0", "not sqrt(var) + eps"]),
+            (ln_no_eps, ["eps > 0", "add eps to the variance, inside the square root"]),
+            (ln_eps_squared, ["eps > 0", "add eps to the variance", "not eps^2"]),
             (ln_no_bias, ["random weight and bias"]),
             (ln_one_pass, ["float32 rows with a large mean", "two passes", "near 1e6", "|diff|"]),
             (ln_wrong_dim, ["unit weight, zero bias", "differs in", "dim=-1"]),
@@ -245,6 +328,7 @@ CATALOGUE = {
     "layer_norm_backward": {
         "wrong": [
             (lnb_no_mean, ["g constant over the features", "subtract mean(g)"]),
+            (lnb_x_not_xhat, ["g constant over the features", "mean(g) is subtracted correctly", "not x"]),
             (lnb_no_xhat_term, ["g = xhat, eps = 0", "subtract xhat * mean(g * xhat)"]),
             (lnb_no_r, ["random g, eps = 0", "multiply by r"]),
             (lnb_sample_variance, ["g = xhat, eps = 0", "not C - 1"]),
@@ -263,7 +347,8 @@ def test_typical_wrong_answer_rejected(name, wrong, words):
                                              "unit weight, zero bias", "eps > 0", "random weight and bias",
                                              "float32 rows with a large mean", "float32 with a large mean",
                                              "float64 rows", "g constant over the features", "g = xhat, eps = 0",
-                                             "random g, eps = 0", "constant rows"}), None)
+                                             "random g, eps = 0", "constant rows", "one logit", "four equal logits",
+                                             "the figure's pattern", "a fully masked row (all -inf)"}), None)
     if group:  # the failing group is named first, so the student knows what that group tests
         assert result.message.startswith(group), result.message
 
@@ -274,12 +359,14 @@ def test_correct_alternative_accepted(name, right):
 
 
 def test_registry_names_the_functions():
-    assert set(registry(7)) == {"stable_logsumexp", "layer_norm_rows", "two_pass_variance", "layer_norm_backward"}
+    assert set(registry(7)) == {"overflow_point", "stable_logsumexp", "layer_norm_rows", "two_pass_variance",
+                                "layer_norm_backward"}
     assert ch7.EXERCISES["stable_logsumexp"] is ch7.check_stable_logsumexp
 
 
 def test_solutions_pass():
-    for fn, check in [(stable_logsumexp, ch7.check_stable_logsumexp), (layer_norm_rows, ch7.check_layer_norm_rows),
+    for fn, check in [(overflow_point, ch7.check_overflow_point),
+                      (stable_logsumexp, ch7.check_stable_logsumexp), (layer_norm_rows, ch7.check_layer_norm_rows),
                       (two_pass_variance, ch7.check_two_pass_variance),
                       (layer_norm_backward, ch7.check_layer_norm_backward)]:
         result = check(fn)

@@ -5,6 +5,8 @@ so they agree to a few ulps, about 1e-15, far inside that); float16 / bfloat16 a
 result at the precision of the format (half an ulp of numbers of size ~3, plus rounding of the affine step).
 """
 
+import math
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -183,3 +185,17 @@ def test_second_derivative_raises_instead_of_being_wrong():
     (g_ref,) = torch.autograd.grad(torch.nn.functional.layer_norm(x, (4,), w).pow(3).sum(), x, create_graph=True)
     torch.testing.assert_close(g, g_ref, atol=1e-12, rtol=1e-12)  # the first derivative is right
     torch.autograd.grad(g_ref.sum(), x)  # the reference does support a second derivative
+
+
+def test_range_limit_of_the_float32_statistics_is_as_documented():
+    """Below sigma = 1.8e19 / sqrt(C) float32 LayerNorm is exact to float32 precision; above it the variance
+    overflows and the output is silently beta (the docstring says so)."""
+    C = 64
+    limit = math.sqrt(torch.finfo(torch.float32).max / C)  # C * sigma^2 = max
+    base = torch.randn(3, C, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    base = (base - base.mean(-1, keepdim=True)) / base.std(-1, correction=0, keepdim=True)  # sigma = 1 exactly
+    bias = torch.arange(C, dtype=torch.float32)
+    below = layer_norm((base * 0.5 * limit).float(), None, bias)
+    torch.testing.assert_close(below.double(), F.layer_norm(base, (C,)) + bias.double(), atol=1e-4, rtol=0)
+    above = layer_norm((base * 2 * limit).float(), None, bias)
+    assert torch.equal(above, bias.expand(3, C))

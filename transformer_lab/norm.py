@@ -11,6 +11,10 @@ It equals ``torch.nn.LayerNorm`` in value and gradient. The forward pass takes t
 temporaries, because the capstone calls it twice per block. The backward pass is written by hand and is
 first-order only: a second derivative through it (double backward, ``create_graph=True``) raises, where
 ``nn.LayerNorm`` supports one; use ``torch.nn.functional.layer_norm`` for Hessian-vector products.
+
+Range: the statistics are computed in the compute dtype (float32 for 16-bit inputs), so once ``C * sigma^2``
+exceeds its largest number (in float32, ``sigma > 1.8e19 / sqrt(C)``) the variance is ``inf``, ``rsqrt`` gives 0
+and the output is silently ``0 * gamma + beta`` (``F.layer_norm`` returns 0 there too, then NaN further out).
 """
 
 from __future__ import annotations

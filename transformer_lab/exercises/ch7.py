@@ -1,6 +1,9 @@
 """Chapter 7 (numerical analysis) exercises: automatic checks.
 
-* ``stable_logsumexp(x)`` -- log sum exp over the last dimension, finite for logits of any size
+* ``overflow_point(pattern, dtype)`` -- the ``a`` at which ``sum_i exp(a * pattern_i)`` reaches the format's
+  largest finite number: where a naive softmax of ``a * pattern`` starts to fail
+* ``stable_logsumexp(x)`` -- log sum exp over the last dimension, finite for logits of any size (``-inf`` for a
+  fully masked row)
 * ``layer_norm_rows(x, weight, bias, eps)`` -- LayerNorm over the last dimension, as ``nn.LayerNorm``
 * ``two_pass_variance(x)`` -- the population variance over the last dimension, in ``x``'s dtype, accurate in
   float32 even when the mean is large (where ``E[x^2] - E[x]^2`` cancels catastrophically)
@@ -77,6 +80,62 @@ def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float, shape
     return CheckResult(name, True, f"matches the reference on all {total} cases ({', '.join(g[0] for g in groups)})")
 
 
+# ---------------------------------------------------------------- 0. where the naive softmax overflows
+def _ref_overflow_point(pattern, dtype):
+    """The ``a > 0`` with ``log sum_i exp(a p_i) = log(finfo(dtype).max)``, by bisection in float64 (the left
+    side grows with ``a`` for ``0 <= p_i <= 1``, ``max p = 1``, and is ``>= a``, so the root lies in
+    ``[0, log max]``)."""
+    log_max = math.log(torch.finfo(dtype).max)
+    p = pattern.double()
+    lo, hi = 0.0, log_max
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if torch.logsumexp(mid * p, 0).item() < log_max else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _overflow_hint(fn, cases):
+    """Name the slip: log2 or the dtype's max itself, float32's max for every format, or one term only."""
+    def answers(alternative):
+        try:
+            return all(math.isclose(float(fn(c["pattern"].clone(), c["dtype"])), alternative(c), rel_tol=1e-6)
+                       for c in cases)
+        except Exception:  # a student's bug: no diagnosis
+            return False
+
+    log_max = lambda c: math.log(torch.finfo(c["dtype"]).max)  # noqa: E731
+    if answers(lambda c: math.log2(torch.finfo(c["dtype"]).max)):
+        return "exp overflows where a exceeds the natural logarithm of the largest number: math.log, not math.log2"
+    if answers(lambda c: math.log(torch.finfo(torch.float32).max)):
+        return "each format has its own largest number: torch.finfo(dtype).max, not float32's"
+    if answers(log_max):
+        return ("a = log(max) is where the largest term e^a alone overflows; the other terms count too: the sum "
+                "reaches max when log sum_i e^{a p_i} = log(max)")
+    if answers(lambda c: log_max(c) - math.log(len(c["pattern"]))):
+        return ("log(max) - log(n) treats all n terms as equal to the largest; here they are not: solve "
+                "log sum_i e^{a p_i} = log(max) for a (bisection between 0 and log(max) works: the left side grows "
+                "with a)")
+    return ("the answer is the a with log sum_i e^{a p_i} = log(torch.finfo(dtype).max), the natural logarithm; "
+            "solve it numerically (bisection between 0 and log(max) works: the left side grows with a)")
+
+
+def check_overflow_point(fn) -> CheckResult:
+    """``fn(pattern (n,) float64 with entries in [0, 1] and max 1, dtype) -> float``: the ``a`` at which the exact
+    sum ``sum_i exp(a * pattern_i)`` reaches ``torch.finfo(dtype).max``, to 1e-6."""
+    P = torch.tensor([1.0, 0.9, 0.6, 0.2, 0.0], dtype=D)  # the figure's pattern
+    groups = [
+        ("one logit", [{"pattern": torch.tensor([1.0], dtype=D), "dtype": dt} for dt in (torch.float16, torch.float32)],
+         _overflow_hint),
+        ("four equal logits", [{"pattern": torch.ones(4, dtype=D), "dtype": torch.float16}], _overflow_hint),
+        ("the figure's pattern", [{"pattern": P, "dtype": dt} for dt in
+                                  (torch.float16, torch.bfloat16, torch.float32, torch.float64)], _overflow_hint),
+        ("64 logits between 0 and 1", [{"pattern": torch.linspace(0, 1, 64, dtype=D), "dtype": torch.float16}],
+         _overflow_hint),
+    ]
+    return _groups("overflow_point", fn, _ref_overflow_point, groups, atol=1e-6, rtol=1e-9,
+                   shape_hint="return one number, the value of a (a float)")
+
+
 # ---------------------------------------------------------------- 1. log-sum-exp
 def _ref_logsumexp(x):
     return torch.logsumexp(x, dim=-1)
@@ -101,6 +160,10 @@ def check_stable_logsumexp(fn) -> CheckResult:
          "tensor: exp(-1000 - 1000) underflows to 0"),
         ("masked entries (-inf)", [{"x": torch.tensor([[0.0, -math.inf, 1.0], [-math.inf, 3.0, -math.inf]], dtype=D)}],
          "exp(-inf) = 0 is fine; only the maximum must be finite"),
+        ("a fully masked row (all -inf)",
+         [{"x": torch.tensor([[-math.inf, -math.inf, -math.inf], [0.0, 1.0, -math.inf]], dtype=D)}],
+         "a fully masked row is an empty sum, LSE = log 0 = -inf; but its maximum is -inf and -inf - (-inf) is NaN: "
+         "shift such a row by 0 instead (m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)))"),
     ]
     return _groups("stable_logsumexp", fn, _ref_logsumexp, groups, atol=1e-9, rtol=1e-9,
                    shape_hint="sum over the last dimension and drop it: x (..., n) gives (...); a keepdim=True "
@@ -136,6 +199,19 @@ def _ref_layer_norm(x, weight, bias, eps):
     return F.layer_norm(x.double(), (x.shape[-1],), weight.double(), bias.double(), eps).to(x.dtype)
 
 
+def _ln_eps_outside(x, weight, bias, eps):
+    """The typical slip ``sqrt(var) + eps``, for diagnosis only."""
+    x = x.double()
+    return (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True, correction=0).sqrt() + eps) * weight + bias
+
+
+def _ln_eps_hint(fn, cases):
+    if _worst_ratio_error(fn, _ln_eps_outside, cases) < 1e-6:
+        return "eps goes inside the square root: sqrt(var + eps), not sqrt(var) + eps"
+    return ("add eps to the variance, inside the square root: (x - mean) / sqrt(var + eps), with eps itself (not "
+            "eps^2, and not left out)")
+
+
 def check_layer_norm_rows(fn) -> CheckResult:
     """``fn(x (..., C), weight (C,), bias (C,), eps) -> (..., C)``: (x - mean) / sqrt(var + eps) * weight + bias,
     with the population variance (divide by C) over the last dimension; float64 cases to 1e-8, and float32 rows
@@ -155,8 +231,7 @@ def check_layer_norm_rows(fn) -> CheckResult:
          _ln_unit_hint),
         ("random weight and bias, eps = 0", [case((4, 6)), case((2, 3, 16), scale=5.0, offset=3.0)],
          "after normalising, multiply by weight and add bias, feature by feature"),
-        ("eps > 0", [case((5, 4), eps=1e-5), case((5, 4), eps=0.5)],
-         "eps goes inside the square root: sqrt(var + eps), not sqrt(var) + eps"),
+        ("eps > 0", [case((5, 4), eps=1e-5), case((5, 4), eps=0.5)], _ln_eps_hint),
         ("constant rows (zero variance)", [{"x": torch.full((2, 5), 3.0, dtype=D), "weight": torch.ones(5, dtype=D),
                                             "bias": torch.arange(5, dtype=D), "eps": 1e-5}],
          "a constant row normalises to 0, so the output is the bias; eps keeps the division finite"),
@@ -213,6 +288,24 @@ def _ref_layer_norm_backward(x, g, eps):
     return grad
 
 
+def _constant_g_hint(fn, cases):
+    """For the constant-g group: if the answer is 0 on centred rows (mean(x) = 0), mean(g) is subtracted
+    correctly and the last term uses x where it needs xhat; otherwise mean(g) is the missing piece."""
+    case = cases[0]
+    centred = {**case, "x": case["x"] - case["x"].mean(-1, keepdim=True)}
+    try:
+        got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in centred.values())))
+        xhat_term = bool(torch.isfinite(got).all()) and got.abs().max().item() < 1e-9
+    except Exception:  # a student's bug: no diagnosis
+        xhat_term = False
+    if xhat_term:
+        return ("the answer is 0 here, and mean(g) is subtracted correctly (your answer is 0 when the rows of x have "
+                "mean 0): the last term must be xhat * mean(g * xhat), with xhat = (x - mu) * r, not x; with x "
+                "in its place a constant g leaves a multiple of mean(x)")
+    return ("the answer is 0 here: LayerNorm ignores a common shift of x, so dL/dx has no component along "
+            "(1, ..., 1); subtract mean(g) (over the last dimension, keepdim=True)")
+
+
 def check_layer_norm_backward(fn) -> CheckResult:
     """``fn(x (..., C), g (..., C), eps) -> (..., C)``: ``dL/dx = r (g - mean(g) - xhat mean(g xhat))`` with
     ``r = 1 / sqrt(sigma^2 + eps)``, means over the last dimension; float64 cases to 1e-9. The first two groups
@@ -223,8 +316,7 @@ def check_layer_norm_backward(fn) -> CheckResult:
     xhat2 = F.layer_norm(x2, (5,))  # eps = 0 below, so g = xhat is proportional to x - mu
     groups = [
         ("g constant over the features", [{"x": x1, "g": torch.full((4, 6), 0.7, dtype=D), "eps": 1e-5}],
-         "the answer is 0 here: LayerNorm ignores a common shift of x, so dL/dx has no component along (1, ..., 1); "
-         "subtract mean(g) (over the last dimension, keepdim=True)"),
+         _constant_g_hint),
         ("g = xhat, eps = 0", [{"x": x2, "g": xhat2, "eps": 0.0}],
          "the answer is 0 here: with eps = 0 LayerNorm ignores the scale of x too; subtract xhat * mean(g * xhat), "
          "with xhat from the population variance (divide by C, not C - 1), so that mean(xhat^2) = 1"),
@@ -241,6 +333,7 @@ def check_layer_norm_backward(fn) -> CheckResult:
 
 
 EXERCISES = {
+    "overflow_point": check_overflow_point,
     "stable_logsumexp": check_stable_logsumexp,
     "layer_norm_rows": check_layer_norm_rows,
     "two_pass_variance": check_two_pass_variance,
