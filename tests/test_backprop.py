@@ -80,6 +80,19 @@ def test_gelu_tanh_grad_saturates_without_nan(dtype):
     torch.testing.assert_close(gelu_grad(inner, "tanh"), unclamped, atol=1e-15, rtol=1e-14)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gelu_grad_in_half_precision_is_rounded_once(dtype, approximate):
+    """In bfloat16, ½(1 + t) cancels (x = −3 gave −0.0187, the true slope is −0.01158): half inputs are computed in
+    float32, so the result is within one unit of the dtype's rounding of the float64 slope."""
+    x = torch.linspace(-6, 6, 241, dtype=D)
+    got = gelu_grad(x.to(dtype), approximate)
+    assert got.dtype == dtype
+    exact = gelu_grad(x.to(dtype).to(D), approximate)
+    assert ((got.to(D) - exact).abs() <= torch.finfo(dtype).eps * (exact.abs() + 0.01)).all()
+    assert abs(float(gelu_grad(torch.tensor(-3.0, dtype=dtype), "tanh")) - (-0.01158)) < 1e-4
+
+
 def test_relu_subgradient_at_zero_is_torchs():
     x = torch.tensor([-1.0, 0.0, 2.0], dtype=D)
     (auto,) = autograd_of(F.relu, x, grad_out=torch.ones(3, dtype=D))

@@ -74,7 +74,7 @@ def test_layer_norm_jacobian_closes():
 
 def test_check_numbers():
     res = ch4.check(seed=1)
-    assert len(res) == 12
+    assert len(res) == 18
     for name, value in res.items():
         assert value < 1e-12, name
 

@@ -240,7 +240,7 @@ CATALOGUE = {
         "wrong": [
             (lambda x: 0.5 * (1 + torch.tanh(K * (x + C * x**3))), ["differs", "worst at"]),  # no product rule
             (lambda x: 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-x * x / 2) / math.sqrt(2 * math.pi),
-             ["differs"]),  # the exact form's derivative
+             ["differs", "this is the exact (erf) GELU′", "asks for the derivative of the tanh form"]),  # exact form
             (_gelu(du_factor=C), ["differs"]),  # d/dx x³ = x² forgotten the 3
             (_gelu(scale=1.0), ["differs"]),  # √(2/π) dropped from u′
             (_gelu(sech2=lambda t: 1 + t**2), ["differs"]),  # sign of tanh′ = 1 − tanh²
@@ -261,11 +261,13 @@ CATALOGUE = {
     },
     "softmax_ce_grad": {
         "wrong": [
-            (lambda logits, targets: softmax_ce_grad(logits, targets) * len(targets), ["differs", "case 1"]),  # sum
+            (lambda logits, targets: softmax_ce_grad(logits, targets) * len(targets),
+             ["differs", "case 1", "the mean over the N rows", "!sign"]),  # sum
             (_naive_softmax, ["NaN", "case 3", "its own largest logit"]),
             (_softmax_global_shift, ["NaN", "case 4", "each row by its own largest logit"]),
-            (lambda logits, targets: torch.softmax(logits, -1) / len(targets), ["differs"]),  # forgot − y
-            (lambda logits, targets: -softmax_ce_grad(logits, targets), ["differs"]),  # y − p
+            (lambda logits, targets: torch.softmax(logits, -1) / len(targets), ["differs", "!sign"]),  # forgot − y
+            (lambda logits, targets: -softmax_ce_grad(logits, targets),
+             ["differs", "the sign is flipped", "p − y", "!mean over"]),  # y − p
             (lambda logits, targets: (torch.log_softmax(logits, -1) - F.one_hot(targets, logits.shape[-1]))
              / len(targets), ["differs"]),  # log p instead of p
         ],
@@ -273,11 +275,12 @@ CATALOGUE = {
     },
     "layer_norm_grad": {
         "wrong": [
-            (_ln_stats_constant, ["differs"]),
-            (_ln_unbiased, ["differs"]),
-            (_ln(lambda v, e: 1 / (v.sqrt() + e)), ["differs", "case 1", NOT_RIGHT]),  # ε outside the root
-            (_ln(lambda v, e: 1 / v.sqrt()), ["differs", "case 1", NOT_RIGHT]),  # ε forgotten
-            (_ln_mean_gx, ["differs"]),
+            (_ln_stats_constant, ["differs", "treats μ and σ as constants"]),
+            (_ln_unbiased, ["differs", "unbiased variance", "unbiased=False", "!ε is"]),
+            (_ln(lambda v, e: 1 / (v.sqrt() + e)), ["differs", "case 1", NOT_RIGHT, "ε is outside the root",
+                                                    "!unbiased"]),
+            (_ln(lambda v, e: 1 / v.sqrt()), ["differs", "case 1", NOT_RIGHT, "ε is left out"]),  # ε forgotten
+            (_ln_mean_gx, ["differs", "!unbiased", "!ε is"]),
             (lambda grad_out, x, eps: layer_norm_grad(grad_out.float(), x.float(), eps),
              ["your result is torch.float32", "the formula looks right", "!constant"]),
             (lambda grad_out, x, eps: layer_norm_grad(grad_out, x, eps) * torch.sqrt(
@@ -299,7 +302,8 @@ CATALOGUE = {
     },
     "mlp_grads": {
         "wrong": [
-            (_mlp("gelu_at_a"), ["output[0] differs", "∂L/∂W₂ and ∂L/∂b₂ are right", "not at the activation"]),
+            (_mlp("gelu_at_a"), ["output[0] differs", "evaluated at the activation a", "pre-activation h",
+                                 "!erf"]),
             (_mlp_one_output(0, 2.0), ["output[0] differs", "check fc's backward", "∂L/∂x = G_h W₁",
                                        "!GELU′ (tanh form) at the pre-activation"]),  # only ∂L/∂x doubled
             (_mlp_one_output(2, None), ["output[2] differs", "∂L/∂b₁ = Σ_n G_h", "not a mean",
@@ -307,8 +311,11 @@ CATALOGUE = {
             (_mlp_exact_forward, ["output[3] differs", "∂L/∂W₂ = Gᵀ a", "tanh form"]),
             (lambda grad_out, x, w1, b1, w2, b2: tuple(t.float() for t in mlp_grads(grad_out, x, w1, b1, w2, b2)),
              ["your result is torch.float32", "the formula looks right", "!constant"]),
-            (_mlp("no_gelu_grad"), ["output[0] differs", "⊙ GELU′(h)"]),
-            (_mlp("exact_gelu"), ["output[0] differs", "tanh form"]),
+            (_mlp("no_gelu_grad"), ["output[0] differs", "∂L/∂W₂ and ∂L/∂b₂ are right", "⊙ GELU′(h)",
+                                    "the tanh form's GELU′", "!erf"]),
+            (_mlp("exact_gelu"), ["output[0] differs", "uses the exact (erf) GELU′", "tanh form",
+                                  "!at the activation"]),
+            (_mlp_one_output(1, -1.0), ["output[1] differs", "check fc's backward", "!erf", "!at the activation"]),
             (_mlp("w2_from_h"), ["output[3] differs", "∂L/∂W₂ = Gᵀ a"]),
             (lambda grad_out, x, w1, b1, w2, b2: mlp_grads(grad_out, x, w1, b1, w2, b2)[:3],
              ["should have 5 items"]),

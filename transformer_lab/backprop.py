@@ -41,8 +41,13 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 
 def gelu_grad(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    """GELU′(x) elementwise: Φ(x) + x φ(x), or the derivative of the tanh form."""
+    """GELU′(x) elementwise: Φ(x) + x φ(x), or the derivative of the tanh form.
+
+    float16/bfloat16 inputs are computed in float32 and rounded once at the end (in bfloat16, ½(1 + t) cancels:
+    at x = −3 the tanh form would give −0.0187 instead of −0.0116)."""
     _check_approximate(approximate)
+    if x.dtype in (torch.float16, torch.bfloat16):
+        return gelu_grad(x.float(), approximate).to(x.dtype)
     if approximate == "none":
         cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))  # Φ(x)
         pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # φ(x)

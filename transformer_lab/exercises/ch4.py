@@ -56,6 +56,31 @@ def _constant_hint(got, expected) -> str | None:
     return f"close (relative error {worst:.1e}): {_GELU_CONSTANTS}" if worst < 5e-5 else None
 
 
+def _slip_hint(reference, cases, slips):
+    """A hint for answers that match a typical slip: ``slips`` is [(slip(**case) -> the slip's answer, message)].
+
+    The case is found from the reference output ``expected``; the hint names a slip only when the answer equals
+    that slip's answer on this case (to float32 rounding)."""
+    table = [(reference(**c), c) for c in cases]
+
+    def same(a, b, **tol) -> bool:
+        a, b = _tensors(a), _tensors(b)
+        return len(a) == len(b) and all(isinstance(u, torch.Tensor) and u.shape == v.shape and torch.allclose(
+            u.to(D), v.to(D), **tol) for u, v in zip(a, b, strict=True))
+
+    def hint(got, expected):
+        case = next((c for e, c in table if same(e, expected, atol=0.0, rtol=0.0)), None)
+        if case is None:
+            return None
+        return next((msg for slip, msg in slips if same(got, slip(**case), **LOOSE)), None)
+    return hint
+
+
+def _first_hint(*hints):
+    """The first hint that has something to say."""
+    return lambda got, expected: next((m for h in hints if (m := h(got, expected))), None)
+
+
 def _compare(atol: float, rtol: float, hint=None, dtype_note: bool = True):
     """describe_difference, plus a note when the result is not float64, plus ``hint(got, expected)`` for an
     exercise's typical slips."""
@@ -109,6 +134,10 @@ def check_linear_grads(fn) -> CheckResult:
 
 
 # ---------------------------------------------------------------- 2. GELU′ (tanh form)
+_EXACT_FORM = ("this is the exact (erf) GELU′, Φ(x) + x φ(x); the exercise asks for the derivative of the tanh "
+               "form ½ x (1 + tanh u), u = √(2/π)(x + 0.044715 x³)")
+
+
 def _ref_gelu_tanh_grad(x):
     return backprop.gelu_grad(x, "tanh")
 
@@ -118,7 +147,9 @@ def check_gelu_tanh_grad(fn) -> CheckResult:
     g = generator(2)
     cases = [{"x": torch.linspace(-6, 6, 49, dtype=D)}, {"x": torch.randn(3, 4, generator=g, dtype=D) * 2},
              {"x": torch.tensor([0.0, -20.0, 20.0], dtype=D)}]
-    return _check("gelu_tanh_grad", fn, _ref_gelu_tanh_grad, cases, atol=1e-12, rtol=1e-11, hint=_constant_hint,
+    exact = _slip_hint(_ref_gelu_tanh_grad, cases, [(lambda x: backprop.gelu_grad(x, "none"), _EXACT_FORM)])
+    return _check("gelu_tanh_grad", fn, _ref_gelu_tanh_grad, cases, atol=1e-12, rtol=1e-11,
+                  hint=_first_hint(exact, _constant_hint),
                   near=f"{_GELU_CONSTANTS}; a finite difference is not exact either")
 
 
@@ -136,7 +167,13 @@ def check_softmax_ce_grad(fn) -> CheckResult:
               "targets": torch.tensor([1, 1])},  # huge logits: shift by the max
              {"logits": torch.tensor([[1000.0, 0.0], [-1000.0, -1001.0]], dtype=D),
               "targets": torch.tensor([0, 1])}]  # each row by its own max: the tensor's max leaves row 2 at exp(−2000)
-    return _check("softmax_ce_grad", fn, _ref_softmax_ce_grad, cases, atol=1e-10, rtol=1e-9, hint=_softmax_hint)
+    slips = _slip_hint(_ref_softmax_ce_grad, cases, [
+        (lambda logits, targets: -_ref_softmax_ce_grad(logits, targets),
+         "the sign is flipped: the gradient is p − y (softmax minus one-hot), not y − p"),
+        (lambda logits, targets: _ref_softmax_ce_grad(logits, targets) * targets.numel(),
+         "this is the gradient of the summed loss: the loss is the mean over the N rows, so divide p − y by N")])
+    return _check("softmax_ce_grad", fn, _ref_softmax_ce_grad, cases, atol=1e-10, rtol=1e-9,
+                  hint=_first_hint(_softmax_hint, slips))
 
 
 def _softmax_hint(got, expected):
@@ -163,7 +200,26 @@ def check_layer_norm_grad(fn) -> CheckResult:
              {"grad_out": torch.randn(3, 6, generator=g, dtype=D), "x": torch.randn(3, 6, generator=g, dtype=D) * 1e-3,
               "eps": 1e-5}]
     cases.insert(0, cases.pop())  # first: σ² ~ 1e-6 < ε, where ε's place (inside the root or not) changes it by O(1)
-    return _check("layer_norm_grad", fn, _ref_layer_norm_grad, cases, atol=1e-9, rtol=1e-8)
+    slips = _slip_hint(_ref_layer_norm_grad, cases, [
+        (_ln_with(lambda x, eps: 1 / torch.sqrt(x.var(-1, keepdim=True) + eps)),
+         "this uses the unbiased variance (÷ (C − 1)); LayerNorm's σ² is the biased one, ÷ C "
+         "(x.var(-1, unbiased=False))"),
+        (_ln_with(lambda x, eps: 1 / (x.var(-1, unbiased=False, keepdim=True).sqrt() + eps)),
+         "ε is outside the root: r = 1/√(σ² + ε), not 1/(σ + ε)"),
+        (_ln_with(lambda x, eps: 1 / x.var(-1, unbiased=False, keepdim=True).sqrt()),
+         "ε is left out: r = 1/√(σ² + ε)"),
+        (lambda grad_out, x, eps: grad_out / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps),
+         "this treats μ and σ as constants: they depend on x, which adds − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)")])
+    return _check("layer_norm_grad", fn, _ref_layer_norm_grad, cases, atol=1e-9, rtol=1e-8, hint=slips)
+
+
+def _ln_with(r_of):
+    """LayerNorm's ∂L/∂x with r = r_of(x, eps) in place of 1/√(σ² + ε) (a typical slip)."""
+    def grad(grad_out, x, eps):
+        r = r_of(x, eps)
+        xhat = (x - x.mean(-1, keepdim=True)) * r
+        return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * xhat).mean(-1, keepdim=True))
+    return grad
 
 
 # ---------------------------------------------------------------- 5. ReLU
@@ -224,14 +280,23 @@ def _mlp_hint(got, expected):
     ok = [describe_difference(g, e, atol=1e-10, rtol=1e-9) is None for g, e in zip(got, expected, strict=True)]
     if ok[3] and ok[4] and not any(ok[:3]):
         return ("∂L/∂W₂ and ∂L/∂b₂ are right and all three gradients of fc are wrong, so the slip is likely in "
-                "∂L/∂h = (G W₂) ⊙ GELU′(h): GELU′ (tanh form) at the pre-activation h = x W₁ᵀ + b₁, not at the "
-                "activation a")
+                "∂L/∂h = (G W₂) ⊙ GELU′(h): the tanh form's GELU′, at the pre-activation h = x W₁ᵀ + b₁")
     if ok[3] and ok[4] and any(ok[:3]):
         return ("some gradients of fc are right, so ∂L/∂h is: check fc's backward, ∂L/∂x = G_h W₁, "
                 "∂L/∂W₁ = G_hᵀ x, ∂L/∂b₁ = Σ_n G_h (a sum over positions, not a mean), with G_h = ∂L/∂h")
     if ok[4] and not ok[3]:
         return "∂L/∂W₂ = Gᵀ a, with a = GELU_tanh(h) (the tanh form) the activation that enters proj"
     return None
+
+
+def _mlp_with_slope(slope):
+    """The MLP block's gradients with ∂L/∂h = (G W₂) ⊙ slope(h, a) (a typical slip in place of GELU′_tanh(h))."""
+    def grads(grad_out, x, w1, b1, w2, b2):
+        h = x @ w1.T + b1
+        a = backprop.gelu(h, "tanh")
+        g_h = (grad_out @ w2) * slope(h, a)
+        return g_h @ w1, g_h.T @ x, g_h.sum(0), grad_out.T @ a, grad_out.sum(0)
+    return grads
 
 
 def check_mlp_grads(fn) -> CheckResult:
@@ -242,7 +307,13 @@ def check_mlp_grads(fn) -> CheckResult:
               "w1": torch.randn(h, c, generator=g, dtype=D), "b1": torch.randn(h, generator=g, dtype=D),
               "w2": torch.randn(c, h, generator=g, dtype=D), "b2": torch.randn(c, generator=g, dtype=D)}
              for n, c, h in ((5, 3, 7), (1, 2, 4), (6, 4, 9))]  # H ≠ C ≠ N: a transpose shows as a wrong shape
-    return _check("mlp_grads", fn, _ref_mlp_grads, cases, atol=1e-10, rtol=1e-9, hint=_mlp_hint,
+    slips = _slip_hint(_ref_mlp_grads, cases, [
+        (_mlp_with_slope(lambda h, a: backprop.gelu_grad(h, "none")),
+         "∂L/∂h uses the exact (erf) GELU′, Φ(h) + h φ(h), but the block's GELU is the tanh form: use the tanh "
+         "form's derivative"),
+        (_mlp_with_slope(lambda h, a: backprop.gelu_grad(a, "tanh")),
+         "GELU′ is evaluated at the activation a = GELU(h); it belongs at the pre-activation h = x W₁ᵀ + b₁")])
+    return _check("mlp_grads", fn, _ref_mlp_grads, cases, atol=1e-10, rtol=1e-9, hint=_first_hint(slips, _mlp_hint),
                   near=f"{_GELU_CONSTANTS} (in GELU and GELU′); a finite difference is not exact either")
 
 
