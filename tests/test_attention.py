@@ -372,7 +372,7 @@ def test_sdpa_without_gradients_the_same_values():
     assert scaled_dot_product_attention(query=q.detach(), key=k, value=v, mask=mask, need_weights=False)[1] is None
 
 
-# ------------------------------------------------------------------ the four-line formula and the causal convention
+# ------------------------------------------------------------------ the five-line formula and the causal convention
 def test_attention_formula_equals_the_fast_core_values_and_gradients():
     q, k, v = (rnd(2, 3, 5, 4, seed=s, grad=True) for s in (11, 12, 13))
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -427,3 +427,19 @@ def test_sdpa_half_precision_is_computed_in_float32(dtype):
     out = scaled_dot_product_attention(query=x, key=x, value=x, is_causal=True, need_weights=False)[0]
     (g,) = torch.autograd.grad(out.float().square().sum(), x)
     assert g.dtype == dtype and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize(("q_dtype", "kv_dtype"), [(torch.float16, torch.float64), (torch.float32, torch.float64),
+                                                   (torch.bfloat16, torch.float64)])
+def test_sdpa_mixed_dtypes_raise_a_clear_error(q_dtype, kv_dtype):
+    """Review 2, nit 7: a float16 query with a float64 key used to end in a bare matmul RuntimeError."""
+    q, k = torch.randn(2, 3, dtype=q_dtype), torch.randn(4, 3, dtype=kv_dtype)
+    with pytest.raises(ValueError, match=r"must share a dtype .* got torch\.\w+, torch\.float64, torch\.float64"):
+        scaled_dot_product_attention(query=q, key=k, value=k)
+
+
+def test_sdpa_half_mixed_with_float32_still_works():
+    """float16 / bfloat16 are computed in float32, so mixing them with float32 stays allowed: out in query's dtype."""
+    q, k = torch.randn(2, 3, dtype=torch.float16), torch.randn(4, 3, dtype=torch.float32)
+    out, weights = scaled_dot_product_attention(query=q, key=k, value=k.to(torch.bfloat16))
+    assert out.dtype == weights.dtype == torch.float16 and torch.isfinite(out).all()

@@ -123,6 +123,8 @@ CATALOGUE = {
                 query.shape[-1]) * (1 if mask is None else mask), -1) @ value,
              ["case 3"]),  # multiplied the scores by the mask (masked score 0, not -inf)
             (_attention_naive_exp, ["case 6", "NaN", "subtract each row's maximum"]),  # e^S / Σ e^S overflows
+            (lambda query, key, value, mask=None: attention(query.float(), key.float(), value.float(), mask),
+             ["differs", "case 1", "torch.float32", "compute in the inputs' dtype, float64"]),  # right, in float32
         ],
         "right": [_attention_einsum, _attention_stable_by_hand,
                   lambda query, key, value, mask=None: F.scaled_dot_product_attention(query, key, value,
@@ -188,12 +190,18 @@ CATALOGUE = {
             (lambda idx, weight: F.embedding(idx, weight), ["values are right", "EmbeddingBackward0"]),  # nor this
             (lambda idx, weight: weight.index_select(0, idx.reshape(-1)).reshape(*idx.shape, -1),
              ["looked up by indexing", "IndexSelectBackward0"]),
+            (lambda idx, weight: torch.stack([weight[int(i)] for i in idx.reshape(-1)]).reshape(*idx.shape, -1),
+             ["values are right", "autograd found no matrix product", "SelectBackward0"]),  # row by row, no product
+            (lambda idx, weight: F.one_hot(idx, weight.shape[0]).float() @ weight.float(),
+             ["differs", "case 1", "torch.float32", "compute in the inputs' dtype, float64"]),  # right, in float32
         ],
         "right": [one_hot_embed,
                   lambda ids, E: (ids.unsqueeze(-1) == torch.arange(E.shape[0])).to(E.dtype) @ E,
                   lambda idx, weight: torch.einsum("...v,vc->...c", F.one_hot(idx, len(weight)).double(), weight),
                   lambda idx, E: (F.one_hot(idx, len(E)).to(E.dtype).unsqueeze(-1) * E).sum(-2),  # Σ_v e_v E_v
-                  lambda idx, E: torch.eye(len(E), dtype=E.dtype)[idx] @ E],  # one-hot rows read off I
+                  lambda idx, E: torch.eye(len(E), dtype=E.dtype)[idx] @ E,  # one-hot rows read off I
+                  lambda idx, E: torch.sparse.mm(F.one_hot(idx.reshape(-1), len(E)).to(E.dtype).to_sparse(),
+                                                 E).reshape(*idx.shape, -1)],  # a sparse one-hot matrix product
     },
 }
 

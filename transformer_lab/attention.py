@@ -105,6 +105,9 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
                          f"value {_shape(value)} do not broadcast")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if len({torch.float32 if t.dtype in _HALF else t.dtype for t in (query, key, value)}) > 1:
+        raise ValueError(f"query, key and value must share a dtype (float16 and bfloat16 count as float32, in which "
+                         f"they are computed): got {query.dtype}, {key.dtype}, {value.dtype}")
     if query.dtype in _HALF or key.dtype in _HALF or value.dtype in _HALF:  # computed in float32, rounded once
         wide = [t.float() if t.dtype in _HALF else t for t in (query, key, value)]
         out, weights = scaled_dot_product_attention(query=wide[0], key=wide[1], value=wide[2], mask=mask,
@@ -134,7 +137,8 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
 
 
 _HALF = (torch.float16, torch.bfloat16)
-_CAUSAL_SPLIT_MIN = 32  # below this many positions, splitting the queries in two saves less than it costs
+_CAUSAL_SPLIT_MIN = 32  # hand-chosen, not measured: near it the split may cost more than it saves (one-thread
+# timings of the review, forward + backward: slower at T = 32, paying from about T = 64-128)
 
 
 _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)  # log₂e = 1 / ln 2
@@ -204,10 +208,12 @@ class _Attention(torch.autograd.Function):
               ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P))       softmax's Jacobian (diag(P) - P Pᵀ), chapter 2,
               ∂L/∂Q = scale · ∂L/∂S K,   ∂L/∂K = ∂L/∂Sᵀ (Q·scale).
     rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O) when only O is used: a (T_q, d_v) product instead of a (T_q, T_k) one.
-    Softmax and masking work in place on S, so the step keeps one (T_q, T_k) buffer instead of five.
+    Masking and the softmax's steps work in place on the one (..., T_q, T_k) buffer of S, instead of a new buffer
+    for each step (the additive mask, when given, is one more buffer, of the boolean mask's shape; a mask with more
+    dims than S costs one copy of S).
     The exponential is taken in base 2, e^x = 2^(x log₂e), with log₂e folded into the scaling of Q (as
-    the FlashAttention-2 CUDA kernels do): the same softmax, and ``exp2`` is faster than ``exp`` on a CPU (2.8-4.4x
-    in ``benchmarks/kernels.py``, depending on the machine and run).
+    the FlashAttention-2 CUDA kernels do): the same softmax, and PyTorch's CPU ``exp2`` is faster than its ``exp``
+    (2.8-4.4x in ``benchmarks/kernels.py``, depending on the machine and run).
     """
 
     @staticmethod

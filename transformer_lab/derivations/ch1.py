@@ -1,8 +1,10 @@
 """Chapter 1 (linear algebra): attention, heads and embeddings on small symbolic matrices.
 
-Every function returns SymPy objects; :func:`multihead_sum_identity` proves the sum over heads on general symbols;
-:func:`check` lambdifies the expressions and measures, on one random float64 instance, the largest disagreement
-with ``transformer_lab.attention`` and the PyTorch reference (values, and the gradients of attention).
+The functions build SymPy matrices on symbols, except :func:`attention_function` and
+:func:`attention_gradient_function` (NumPy callables lambdified from them) and :func:`check`, which returns floats:
+on one random float64 instance, the largest disagreement with ``transformer_lab.attention`` and the PyTorch
+reference (values, and the gradients of attention). :func:`multihead_sum_identity` proves the sum over heads on
+general symbols, for the sizes it is given (T, C, n_head), not for every size.
 
 Convention, not derivation: a query row whose keys are all masked has weights ``0/0``; like PyTorch we define its
 weights and output as 0 (:func:`_softmax_rows`).
@@ -158,7 +160,8 @@ def multihead_concat(X: sp.Matrix, W_q: sp.Matrix, W_k: sp.Matrix, W_v: sp.Matri
 
 def multihead_sum_identity(T: int = 2, C: int = 4, n_head: int = 2, mask: list | None = None) -> dict:
     """On general symbols X (T × C), W_Q, W_K, W_V, W_O (C × C): ``concat(heads) W_O - Σ_h head_h W_O^(h)``,
-    expanded. Returns ``{"concat", "sum", "difference"}``; the difference is the zero matrix."""
+    expanded. Returns ``{"concat", "sum", "difference"}``; the difference is the zero matrix, which proves the
+    identity for these sizes (T, C, n_head) only."""
     X = symbolic_matrix("x", T, C)
     W_q, W_k, W_v, W_o = (symbolic_matrix(n, C, C) for n in ("a", "b", "c", "w"))
     concat = multihead_concat(X, W_q, W_k, W_v, W_o, n_head, mask)
@@ -167,7 +170,8 @@ def multihead_sum_identity(T: int = 2, C: int = 4, n_head: int = 2, mask: list |
 
 
 def rank_of_scores(T: int = 3, d_k: int = 2) -> dict:
-    """``S = Q Kᵀ`` with Q, K of shape T × d_k: its determinant (T > d_k: identically 0) and its generic rank."""
+    """``S = Q Kᵀ`` with Q, K of shape T × d_k: its determinant (T > d_k: identically 0), and the rank of one random
+    integer instance (seed 0, entries in -5 … 5), to compare with the bound min(T, d_k)."""
     Q, K = symbolic_matrix("q", T, d_k), symbolic_matrix("k", T, d_k)
     S = Q * K.T
     det = sp.expand(S.det()) if T <= 4 else None

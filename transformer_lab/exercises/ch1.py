@@ -80,8 +80,18 @@ def _attention_cases(seed: int = 0):
     yield {"query": randn(gen, 2, 3, 4) * 40, "key": randn(gen, 2, 5, 4) * 40, "value": randn(gen, 2, 5, 3)}
 
 
+def _float32_hint(got) -> str:
+    """A hint when the answer came back in float32 or a narrower dtype, whose rounding is above the tolerance."""
+    if isinstance(got, torch.Tensor) and got.is_floating_point() and torch.finfo(got.dtype).bits <= 32:
+        return (f". Hint: your result is {got.dtype}, whose rounding (relative {torch.finfo(got.dtype).eps:.1e}) is"
+                " above the tolerance: compute in the inputs' dtype, float64 (no .float(), no float32 tensors)")
+    return ""
+
+
 def _attention_compare(got, expected) -> str | None:
     msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
+    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape and bool(got.isfinite().all()):
+        msg += _float32_hint(got)
     if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape and not bool(got.isfinite().all()):
         msg += (". Hint: with scores of order 10³, e^S overflows to inf and inf / inf = NaN: subtract each row's"
                 " maximum score before exponentiating (chapter 2's stable softmax), or use torch.softmax.")
@@ -121,6 +131,13 @@ def _embed_reference(idx, weight):
     return weight[idx]
 
 
+def _embed_compare(got, expected) -> str | None:
+    msg = describe_difference(got, expected, atol=1e-12, rtol=1e-12)
+    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape:
+        msg += _float32_hint(got)
+    return msg
+
+
 def _embed_cases(seed: int = 2):
     gen = torch.Generator().manual_seed(seed)
     yield {"idx": torch.tensor([2]), "weight": randn(gen, 5, 3)}
@@ -129,7 +146,8 @@ def _embed_cases(seed: int = 2):
 
 
 _LOOKUPS = ("Index", "Embedding", "Gather", "Take")  # autograd nodes of a lookup: weight[idx], F.embedding, ...
-_PRODUCTS = ("Mm", "Bmm", "Mv", "Dot", "Mul", "Matmul", "Addmm", "Baddbmm")  # a product: @, einsum, (a * b).sum
+_PRODUCTS = ("Mm", "Bmm", "Mv", "Dot", "Mul", "Matmul", "Addmm", "Baddbmm",  # a product: @, einsum, (a * b).sum,
+             "SparseAddmm", "SparseMm")  # and torch.sparse.mm of a sparse one-hot matrix
 
 
 def _graph_nodes(t: torch.Tensor) -> set[str]:
@@ -156,17 +174,18 @@ def _is_product(fn) -> str | None:
         return None  # not computed through autograd (e.g. in NumPy): only the values can be checked
     names = _graph_nodes(out)
     if any(n.startswith(_LOOKUPS) for n in names) or not any(n.startswith(_PRODUCTS) for n in names):
-        return ("the values are right, but they are looked up by indexing (autograd saw "
-                f"{', '.join(sorted(n for n in names if n.startswith(_LOOKUPS))) or 'no product'}), not computed as "
-                "a matrix product. Hint: build the one-hot matrix (F.one_hot(idx, V), as weight's dtype) and "
-                "multiply it by weight with @.")
+        lookups = ", ".join(sorted(n for n in names if n.startswith(_LOOKUPS)))
+        seen = (f"they are looked up by indexing (autograd saw {lookups})" if lookups else
+                f"autograd found no matrix product (it saw {', '.join(sorted(names))})")
+        return (f"the values are right, but {seen}, not computed as a matrix product. Hint: build the one-hot "
+                "matrix (F.one_hot(idx, V), as weight's dtype) and multiply it by weight with @.")
     return None
 
 
 def check_one_hot_embed(fn) -> CheckResult:
     """``one_hot_embed(idx, weight)``: one_hot(idx) @ weight, idx (...) int, weight (V, C) -> (..., C); the values,
     and that autograd saw a product (not ``weight[idx]``) when the function is written in torch."""
-    result = check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), atol=1e-12, rtol=1e-12)
+    result = check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), compare=_embed_compare)
     if not result.passed:
         return result
     why = _is_product(fn)
