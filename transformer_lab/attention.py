@@ -137,8 +137,8 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
 
 
 _HALF = (torch.float16, torch.bfloat16)
-_CAUSAL_SPLIT_MIN = 32  # hand-chosen, not measured: near it the split may cost more than it saves (one-thread
-# timings of the review, forward + backward: slower at T = 32, paying from about T = 64-128)
+_CAUSAL_SPLIT_MIN = 32  # hand-chosen, not a measured break-even: near it the split may cost more than it saves
+# (a review's one-thread forward + backward timings found it slower at T = 32)
 
 
 _LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)  # log₂e = 1 / ln 2
