@@ -194,6 +194,55 @@ def _cache_new_token_ignored(q, k_cache, v_cache, k_new, v_new):
     return w @ v[..., :-1, :], k, v
 
 
+def _cache_float32(q, k_cache, v_cache, k_new, v_new):  # computed in float32: used to crash the checker
+    q, k_cache, v_cache, k_new, v_new = (x.float() for x in (q, k_cache, v_cache, k_new, v_new))
+    return attend_with_cache(q, k_cache, v_cache, k_new, v_new)
+
+
+def _cache_float32_cast_back(q, k_cache, v_cache, k_new, v_new):  # float32 inside, float64 returned
+    return tuple(x.double() for x in _cache_float32(q, k_cache, v_cache, k_new, v_new))
+
+
+def _cache_float32_out_only(q, k_cache, v_cache, k_new, v_new):  # the caches stay float64, the output does not
+    k, v = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+    w = torch.softmax(q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)
+    return w @ v.float(), k, v
+
+
+# ---------------------------------------------------------------- attention_entropy
+def attention_entropy(w):
+    return -(w * torch.log(w.clamp(min=1e-300))).sum(-1)  # w ln w -> 0 at w = 0; clamp keeps log finite
+
+
+def _entropy_xlogy(w):
+    return -torch.special.xlogy(w, w).sum(dim=-1)
+
+
+def _entropy_where(w):
+    logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
+    return (-w * logs).sum(-1)
+
+
+def _entropy_naive(w):  # 0 · ln 0 = 0 · (-inf) = NaN
+    return -(w * w.log()).sum(-1)
+
+
+def _entropy_bits(w):
+    return -torch.special.xlogy(w, w).sum(-1) / math.log(2)
+
+
+def _entropy_no_minus(w):
+    return torch.special.xlogy(w, w).sum(-1)
+
+
+def _entropy_wrong_dim(w):
+    return -torch.special.xlogy(w, w).sum(-2)
+
+
+def _entropy_mean(w):
+    return -torch.special.xlogy(w, w).mean(-1)
+
+
 CATALOGUE = {
     "count_params": {
         "wrong": [
@@ -232,18 +281,31 @@ CATALOGUE = {
             (_cache_tril_mask, ["on case 1", "first value only", "no mask is needed"]),
             (_cache_naive_softmax, ["on case 4", "not finite", "subtract each row's maximum"]),
             (_cache_scale_by_dv, ["output[0] differs", "on case 2"]),
+            (_cache_float32, ["output[0] has dtype torch.float32, expected torch.float64", "compute in the inputs'"]),
+            (_cache_float32_out_only, ["output[0] has dtype torch.float32", "compute in the inputs' dtype"]),
+            (_cache_float32_cast_back, ["output[0] differs", "float32's round-off", "compute in float64 throughout"]),
         ],
         "right": [_cache_sdpa, _cache_einsum],
+    },
+    "attention_entropy": {
+        "wrong": [
+            (_entropy_naive, ["NaN", "0 · ln 0", "xlogy"]),
+            (_entropy_bits, ["differs", "bits"]),
+            (_entropy_no_minus, ["differs", "the sign"]),
+            (_entropy_wrong_dim, ["differs"]),
+            (_entropy_mean, ["differs"]),
+        ],
+        "right": [_entropy_xlogy, _entropy_where],
     },
 }
 
 
 def test_registry():
     assert registry(8) == ch8.EXERCISES
-    assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache"}
+    assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy"}
 
 
-@pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache])
+@pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy])
 def test_solutions_pass(fn):
     result = ch8.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message

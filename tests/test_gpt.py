@@ -180,3 +180,22 @@ def test_training_uses_the_causal_shortcut_and_generation_records_no_graph():
         fast = model(idx)
     assert fast.grad_fn is None
     torch.testing.assert_close(fast, logits.detach(), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("window", ["half", "crop"])
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_cache_gives_the_same_logits_across_window_moves(positions, window):
+    """float64, 40 greedy tokens from a 3-token prompt: the 16-token window moves (once per 8 tokens with "half",
+    every step once full with "crop"); the last position's logits at every step agree to 1e-12, cache or not."""
+    ours, _ = _pair(positions)
+    prompt = torch.randint(SMALL["vocab_size"], (2, 3))
+    logits = {}
+    for use_cache in (True, False):
+        steps = logits[use_cache] = []
+        hook = ours.register_forward_hook(lambda m, args, out, steps=steps: steps.append(out[:, -1]))
+        tokens = ours.generate(prompt, 40, greedy=True, use_cache=use_cache, window=window)
+        hook.remove()
+        logits[use_cache, "tokens"] = tokens
+    assert len(logits[True]) == len(logits[False]) == 40
+    assert torch.equal(logits[True, "tokens"], logits[False, "tokens"])
+    torch.testing.assert_close(torch.stack(logits[True]), torch.stack(logits[False]), atol=1e-12, rtol=1e-12)

@@ -1,5 +1,5 @@
 """Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
-key/value cache.
+key/value cache, measure how spread a head's attention is.
 
 Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 :class:`~transformer_lab.exercises.CheckResult` saying what differs.
@@ -7,6 +7,7 @@ Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -16,7 +17,8 @@ from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
 from transformer_lab.gpt import GPT, GPTConfig
 
-__all__ = ["EXERCISES", "check_attend_with_cache", "check_count_params", "check_lm_windows"]
+__all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_count_params",
+           "check_lm_windows"]
 
 
 def _count_reference(vocab_size, block_size, n_layer, d_model):
@@ -98,13 +100,23 @@ def check_attend_with_cache(fn) -> CheckResult:
                   k_new=r(1, 2, 1, 4), v_new=r(1, 2, 1, 4))]  # scores up to ~900: exp overflows without the max
 
     def compare(got, expected):
+        if isinstance(got, tuple | list) and len(got) == len(expected):
+            for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+                if isinstance(g, torch.Tensor) and g.dtype != e.dtype:
+                    return (f"output[{i}] has dtype {g.dtype}, expected {e.dtype}; hint: compute in the inputs' "
+                            f"dtype ({e.dtype}): a .float() or a tensor made without dtype= rounds to float32")
         msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
         if not msg or not isinstance(got, tuple | list) or not got or not isinstance(got[0], torch.Tensor):
             return msg
-        out, v = got[0], expected[2]
+        out, v = got[0].to(expected[0].dtype), expected[2]
         if out.shape == expected[0].shape and not torch.isfinite(out).all():
             return msg + ("; hint: the output is not finite: exp overflowed, so subtract each row's maximum "
                           "score before exp (softmax does not change)")
+        if out.shape == expected[0].shape:
+            err = float(((out - expected[0]).abs() / expected[0].abs().clamp(min=1)).max())
+            if 1e-10 < err < 1e-5:
+                return msg + (f"; hint: a relative error of {err:.1e} is float32's round-off (its epsilon is "
+                              "1.2e-07): compute in float64 throughout, not in float32 and cast back")
         if v.shape[-2] > 1 and out.shape == v[..., :1, :].shape and torch.allclose(out, v[..., :1, :]):
             return msg + ("; hint: the output is the first value only, as if the query saw key 0 alone: a causal "
                           "mask aligned top-left (is_causal=True, or tril of a 1 × (t + 1) matrix) hides the "
@@ -114,5 +126,40 @@ def check_attend_with_cache(fn) -> CheckResult:
     return check_function("attend_with_cache", fn, _cache_reference, cases, compare=compare)
 
 
+def _entropy_reference(w):
+    return -torch.special.xlogy(w, w).sum(-1)  # xlogy(0, 0) = 0: masked keys add nothing
+
+
+def _causal_weights(gen, *shape, scale=1.0):
+    """Softmax rows of random scores (..., T, T) under a causal mask: zeros above the diagonal."""
+    s = randn(gen, *shape, scale=scale)
+    mask = torch.ones(shape[-2:], dtype=torch.bool).tril()
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def check_attention_entropy(fn) -> CheckResult:
+    """``attention_entropy(w) -> (..., T)``: the entropy in nats, -Σ_j w_ij ln w_ij, of each row of attention
+    weights w (..., T, T), a zero weight (a masked key) adding 0 since x ln x -> 0 as x -> 0."""
+    gen = torch.Generator().manual_seed(10)
+    cases = [dict(w=_causal_weights(gen, 4, 4)), dict(w=_causal_weights(gen, 2, 3, 6, 6, scale=3.0)),
+             dict(w=torch.full((1, 5), 0.2, dtype=torch.float64)),  # one uniform row: ln 5
+             dict(w=torch.eye(3, dtype=torch.float64))]  # one-hot rows: entropy 0
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
+        if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        g = got.to(expected.dtype)
+        if torch.isnan(g).any():
+            return msg + "; hint: 0 · ln 0 gave NaN: a zero weight (a masked key) must add 0 (torch.special.xlogy)"
+        if torch.allclose(g, -expected, atol=1e-8):
+            return msg + "; hint: the sign: entropy is -Σ w ln w, which is >= 0"
+        if torch.allclose(g * math.log(2), expected, atol=1e-8):
+            return msg + "; hint: these are bits (log2); the page measures nats, with the natural log"
+        return msg
+
+    return check_function("attention_entropy", fn, _entropy_reference, cases, compare=compare)
+
+
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
-             "attend_with_cache": check_attend_with_cache}
+             "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy}
