@@ -183,8 +183,9 @@ def glob_escape(name: str) -> str:
 def read(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Read and verify a checkpoint: returns (the JSON record, its tensors). Raises :class:`CheckpointError`."""
     jpath = json_path(path)
-    if jpath.is_dir():
-        raise CheckpointError(f"{jpath} is a directory, not a checkpoint NAME.json")
+    for p in (Path(path), jpath):
+        if p.is_dir():
+            raise CheckpointError(f"{p} is a directory, not a checkpoint NAME.json")
     if not jpath.is_file():
         raise CheckpointError(f"no checkpoint at {jpath}")
     try:
