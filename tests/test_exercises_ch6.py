@@ -58,6 +58,11 @@ def alibi(T, n_head, first_h=1, slopes_for=None):
     return m[:, None, None] * dist
 
 
+def head_splits(d_model, n_head):
+    d_k = d_model // n_head
+    return math.factorial(d_model) // (math.factorial(d_k) ** n_head * math.factorial(n_head))
+
+
 # ---------------------------------------------------------------- typical wrong answers
 def _sin_cos_first(n_pos, d_model):
     return sinusoidal(n_pos, d_model)[:, [i ^ 1 for i in range(d_model)]]
@@ -289,6 +294,34 @@ def _alibi_numpy(T, n_head):
     return torch.from_numpy(slopes[:, None, None] * np.subtract.outer(np.arange(T), np.arange(T)).T)
 
 
+def _splits_binomials(d_model, n_head):  # head 1 chooses, then head 2 from the rest, …; then forget the order
+    d_k = d_model // n_head
+    return math.prod(math.comb(d_model - j * d_k, d_k) for j in range(n_head)) // math.factorial(n_head)
+
+
+def _splits_recursive(d_model, n_head):  # the head holding the first coordinate picks its d_k - 1 companions
+    if n_head == 1:
+        return 1
+    d_k = d_model // n_head
+    return math.comb(d_model - 1, d_k - 1) * _splits_recursive(d_model - d_k, n_head - 1)
+
+
+def _splits_labelled(d_model, n_head):
+    return math.factorial(d_model) // math.factorial(d_model // n_head) ** n_head
+
+
+def _splits_one_head(d_model, n_head):
+    return math.comb(d_model, d_model // n_head)
+
+
+def _splits_one_factorial(d_model, n_head):
+    return math.factorial(d_model) // (math.factorial(d_model // n_head) * math.factorial(n_head))
+
+
+def _splits_only_h(d_model, n_head):
+    return math.factorial(d_model) // math.factorial(n_head)
+
+
 CATALOGUE = {
     "sinusoidal": {
         "wrong": [(_sin_cos_first, ["differs", "worst at"]), (_sin_exponent_i_over_d, ["differs", "worst at"]),
@@ -297,7 +330,8 @@ CATALOGUE = {
         "right": [_sin_numpy, _sin_div_term],
     },
     "rotation_for_offset": {
-        "wrong": [(_rot_transposed, ["differs"]), (_rot_one_frequency, ["case 2"]),  # d = 2 has only ω_0 = 1
+        "wrong": [(_rot_transposed, ["differs", "that is the transpose", "(sin, cos)"]),
+                  (_rot_one_frequency, ["case 2"]),  # d = 2 has only ω_0 = 1
                   (_rot_exponent_i_over_d, ["case 2", "differs"]), (_rot_pe_ratio, ["differs"])],
         "right": [_rot_block_diag, _rot_solved, _rot_float32_angles],
     },
@@ -322,18 +356,28 @@ CATALOGUE = {
     },
     "alibi": {
         "wrong": [(lambda T, n_head: -alibi(T, n_head), ["sign is flipped"]),
+                  (lambda T, n_head: alibi(T, n_head).transpose(1, 2), ["sign is flipped", "i and j are swapped"]),
+                  (lambda T, n_head: alibi(T, n_head).flip(0), ["reverse order", "steepest slope 2^{-8/H} = 2^{-1}"]),
                   (lambda T, n_head: alibi(T, n_head, slopes_for=8), ["case 2", "H = 4", "not 2^{-h}"]),
                   (lambda T, n_head: alibi(T, n_head, first_h=0), ["first slope is 2^{-8/H}"]),
                   (_alibi_abs, ["differs"]), (_alibi_last_dim_heads, ["shape"]),
                   (_alibi_causal, ["leave the mask out", "applied separately"])],
         "right": [_alibi_loops, _alibi_numpy],
     },
+    "head_splits": {
+        "wrong": [(_splits_labelled, ["the count is 6, expected 3", "divide by h!"]),
+                  (_splits_one_head, ["only head 1's choice"]), (_splits_one_factorial, ["(d_k!)^h, not d_k!"]),
+                  (_splits_only_h, ["the count is 12, expected 3", "divide by (d_k!)^h"]),
+                  (lambda d_model, n_head: head_splits(d_model, n_head) * 1.0, ["must be an int", "float"]),
+                  (lambda d_model, n_head: torch.tensor(head_splits(d_model, n_head)), ["must be an int"])],
+        "right": [_splits_binomials, _splits_recursive],
+    },
 }
 
 
 def test_registry():
     assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "kv_pair_count",
-                                "alibi"}
+                                "alibi", "head_splits"}
     assert set(CATALOGUE) == set(registry(6))
 
 
@@ -341,7 +385,7 @@ def test_solutions_pass():
     for name, fn in [("sinusoidal", sinusoidal), ("rotation_for_offset", rotation_for_offset),
                      ("rope", lambda x: rope(x)), ("kv_causal_mask", kv_causal_mask),
                      ("kv_pair_count", kv_pair_count),
-                     ("alibi", lambda T, n_head: alibi(T, n_head))]:
+                     ("alibi", lambda T, n_head: alibi(T, n_head)), ("head_splits", head_splits)]:
         result = ch6.EXERCISES[name](fn)
         assert result.passed, f"{name}: {result.message}"
 

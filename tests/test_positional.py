@@ -48,6 +48,8 @@ def test_symbolic_identities():
     n = ch6.sp.symbols("n", positive=True, integer=True)
     assert ch6.sp.simplify(counted["causal pairs Σ_{i=1}^n i"] - n * (n + 1) / 2) == 0
     assert counted["limit n → ∞"] == ch6.sp.Rational(1, 2)
+    heads = dict(ch6.head_split_count(8))  # the product of binomials is the multinomial, symbolic d_k
+    assert heads["C(d, d_k) C(d - d_k, d_k) ⋯ - d!/(d_k!)^h, symbolic d_k, h = 2, 3, 4"] == ch6.sp.zeros(3, 1)
 
 
 # ---------------------------------------------------------------- sinusoidal encoding

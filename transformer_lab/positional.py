@@ -78,7 +78,9 @@ def relative_rotation(k: float, d_model: int, *, base: float = 10000.0,
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding (Su et al., 2021), interleaved pairs.  x (..., T, d) -> (..., T, d), d even.
+    """Rotary position embedding, interleaved pairs.  x (..., T, d) -> (..., T, d), d even.
+
+    Su et al. (2021 preprint; 2024 journal, the book's su2024roformer).
 
     Pair (x_{2i}, x_{2i+1}) of the token at position m is rotated by the angle m·ω_i, ω_i = base^{-2i/d}:
     x'_{2i} = x_{2i} cos mω_i - x_{2i+1} sin mω_i,  x'_{2i+1} = x_{2i} sin mω_i + x_{2i+1} cos mω_i.

@@ -129,14 +129,19 @@ def head_split_count(d_model: int = 8) -> list[tuple[str, sp.Expr]]:
     """Equal head splits: n_head must divide d_model; the ways to deal coordinates into unordered heads.
 
     Head 1 takes d_k of the d coordinates, head 2 d_k of the rest, …: C(d, d_k) C(d - d_k, d_k) ⋯ = d!/(d_k!)^h
-    (the multinomial coefficient) for labelled heads; each unordered split is counted once per order of its h
-    heads, h! times. Checked against enumeration in :func:`check` (d_model = 4, 6, 8).
+    (the multinomial coefficient) for labelled heads, derived for symbolic d_k and h = 2, 3, 4; each unordered
+    split is counted once per order of its h heads, h! times. Checked against enumeration in :func:`check`.
     """
     d, h = sp.symbols("d h", positive=True, integer=True)
+    d_k = sp.symbols("d_k", positive=True, integer=True)
     ordered = sp.factorial(d) / sp.factorial(d / h) ** h
     formula = ordered / sp.factorial(h)
+    product_minus_multinomial = sp.Matrix([  # Π_{j<h} C(h d_k - j d_k, d_k) - (h d_k)!/(d_k!)^h, symbolic d_k
+        sp.gammasimp(sp.expand_func(sp.Mul(*[sp.binomial((hh - j) * d_k, d_k) for j in range(hh)]))
+                     - sp.factorial(hh * d_k) / sp.factorial(d_k) ** hh) for hh in (2, 3, 4)])
     return [
         (f"valid n_head for d_model = {d_model}", sp.FiniteSet(*sp.divisors(d_model))),
+        ("C(d, d_k) C(d - d_k, d_k) ⋯ - d!/(d_k!)^h, symbolic d_k, h = 2, 3, 4", product_minus_multinomial),
         ("labelled heads: multinomial d!/(d_k!)^h, d_k = d/h", ordered),
         ("unordered heads: each split counted h! times", formula),
         (f"… for d_model = {d_model}", sp.Matrix([[hh, formula.subs({d: d_model, h: hh})]

@@ -6,9 +6,12 @@
 * ``kv_causal_mask(T, T_k)`` — the causal mask when the T queries are the last T of T_k positions
 * ``kv_pair_count(T, T_k)`` — how many (query, key) pairs that mask admits, an int
 * ``alibi(T, n_head)`` — ALiBi's score bias m_h · (j - i), (n_head, T, T), m_h = 2^{-8h/H}, H a power of 2
+* ``head_splits(d_model, n_head)`` — ways to deal d_model coordinates into n_head unordered heads, an int
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -35,7 +38,17 @@ def _ref_rotation(k, d_model):
 def check_rotation_for_offset(fn) -> CheckResult:
     """``fn(k, d_model) -> (d_model, d_model)``: the block-diagonal R(k) with PE(pos + k) = R(k) PE(pos)."""
     cases = [{"k": 1, "d_model": 2}, {"k": 3, "d_model": 4}, {"k": 10, "d_model": 8}, {"k": -2, "d_model": 6}]
-    return check_function("rotation_for_offset", fn, _ref_rotation, cases, atol=1e-6, rtol=1e-5)  # float32 ok
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-6, rtol=1e-5)  # float32 ok
+        if msg is None or not isinstance(got, torch.Tensor | np.ndarray) or tuple(got.shape) != tuple(expected.shape):
+            return msg
+        if torch.allclose(torch.as_tensor(got).double(), expected.T, atol=1e-6, rtol=1e-5):
+            return msg + ("; hint: that is the transpose, Rot(kω) per block: the pair is stored as (sin, cos), "
+                          "so the block is [[cos kω, sin kω], [-sin kω, cos kω]]")
+        return msg
+
+    return check_function("rotation_for_offset", fn, _ref_rotation, cases, compare=compare)
 
 
 def _ref_rope(x):
@@ -118,7 +131,11 @@ def check_alibi(fn) -> CheckResult:
             return msg
         H, T = expected.shape[0], expected.shape[1]
         if T > 1 and torch.allclose(got.double(), -expected):
-            return msg + "; hint: the sign is flipped — keys behind the query (j < i) get a penalty, m_h·(j - i) < 0"
+            return msg + ("; hint: the sign is flipped, or i and j are swapped — keys behind the query (j < i) get "
+                          "a penalty, m_h·(j - i) < 0")
+        if H > 1 and T > 1 and torch.allclose(got.double(), expected.flip(0)):
+            return msg + (f"; hint: the heads are in reverse order — head 1 has the steepest slope "
+                          f"2^{{-8/H}} = 2^{{-{8 / H:g}}}")
         if T > 1 and torch.isneginf(got[:, 0, 1]).all():
             return msg + "; hint: leave the mask out (-inf above the diagonal): it is applied separately"
         first = got[0, -1, 0].item() / (1 - T) if T > 1 else None  # the slope of head 1, read off the matrix
@@ -132,6 +149,44 @@ def check_alibi(fn) -> CheckResult:
     return check_function("alibi", fn, _ref_alibi, cases, compare=compare)
 
 
+def _ref_head_splits(d_model, n_head):
+    return P.head_partitions(d_model, n_head)
+
+
+def check_head_splits(fn) -> CheckResult:
+    """``fn(d_model, n_head) -> int``: set partitions into n_head blocks of d_k = d/h, d! / ((d_k!)^h h!)."""
+    cases = [{"d_model": 4, "n_head": 2}, {"d_model": 6, "n_head": 3}, {"d_model": 8, "n_head": 2},
+             {"d_model": 6, "n_head": 1}, {"d_model": 12, "n_head": 4}, {"d_model": 16, "n_head": 4}]
+    f = math.factorial
+    hints = [
+        (lambda d, h: f(d) // f(d // h) ** h, "that counts labelled heads: each split is counted once per order of "
+                                              "its h heads, so divide by h!"),
+        (lambda d, h: math.comb(d, d // h), "that is only head 1's choice, C(d, d_k): head 2 then chooses from the "
+                                            "d - d_k left, and so on"),
+        (lambda d, h: f(d) // (f(d // h) * f(h)), "(d_k!)^h, not d_k!: each of the h heads ignores the order of its "
+                                                  "own d_k coordinates"),
+        (lambda d, h: f(d) // f(h), "divide by (d_k!)^h as well: the order of the coordinates inside a head does not "
+                                    "matter"),
+    ]
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected)
+        return f"the count is {got}, expected {expected}" if msg and "differs" in msg else msg
+
+    result = check_function("head_splits", fn, _ref_head_splits, cases, compare=compare)
+    if result.passed:
+        return result
+    try:  # a typical mistake gives a known formula on every case: name it
+        answers = [fn(c["d_model"], c["n_head"]) for c in cases]
+    except Exception:  # check_function has already reported it
+        return result
+    for wrong, hint in hints:
+        if all(a == wrong(c["d_model"], c["n_head"]) and not isinstance(a, bool)
+               for a, c in zip(answers, cases, strict=True)):
+            return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
+    return result
+
+
 EXERCISES = {
     "sinusoidal": check_sinusoidal,
     "rotation_for_offset": check_rotation_for_offset,
@@ -139,4 +194,5 @@ EXERCISES = {
     "kv_causal_mask": check_kv_causal_mask,
     "kv_pair_count": check_kv_pair_count,
     "alibi": check_alibi,
+    "head_splits": check_head_splits,
 }
