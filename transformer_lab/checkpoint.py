@@ -17,7 +17,6 @@ arrays, JSON stores text). :class:`Lock` keeps two trainers from writing one che
 from __future__ import annotations
 
 import base64
-import errno
 import hashlib
 import json
 import math
@@ -469,7 +468,3 @@ class Lock:
 
     def __exit__(self, *exc) -> None:
         self.release()
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
