@@ -140,3 +140,13 @@ def test_messages_print_enough_digits_and_name_a_wrong_type():
     assert describe_difference(True, 3) == "output must be an int, got bool True"
     assert "must hold integers" in describe_difference(torch.tensor([1.0]), torch.tensor([1]))
     assert describe_difference(3, 3) is None and describe_difference(np.int64(3), 3) is None
+
+
+def test_a_comparison_that_raises_is_a_verdict_not_a_crash():
+    """Issue 11's reviews found checkers whose hint code raised on unforeseen answers (a ragged list, an int
+    where a tensor was expected): whatever a comparison raises, the student gets a ✗ with the reason."""
+    def fragile(got, expected):
+        return None if torch.as_tensor(got).shape == expected.shape else "shape"
+
+    result = check_function("x", lambda x: [[1.0, 2.0], [3.0]], reference_double, CASES, compare=fragile)
+    assert not result.passed and "could not be compared" in result.message and "list" in result.message

@@ -181,7 +181,11 @@ def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable
         except Exception as exc:  # a student's bug: report it, do not crash the notebook
             return CheckResult(name, False, f"raised {type(exc).__name__}: {exc} (on case {n}: {shown})")
         expected = reference(**_clone(case))
-        msg = (compare or (lambda g, e: describe_difference(g, e, atol=atol, rtol=rtol)))(got, expected)
+        try:
+            msg = (compare or (lambda g, e: describe_difference(g, e, atol=atol, rtol=rtol)))(got, expected)
+        except Exception as exc:  # an answer of an unforeseen form: a verdict, never a crash of the checker
+            msg = (f"the answer ({type(got).__name__}) could not be compared with the expected "
+                   f"{type(expected).__name__}: {type(exc).__name__}: {exc}")
         if msg:
             return CheckResult(name, False, f"{msg} (on case {n}: {shown})")
     return CheckResult(name, True, f"matches the reference on {'all ' if n > 1 else ''}{n} case{'s' if n != 1 else ''}")
