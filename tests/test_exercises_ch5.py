@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
+from transformer_lab import information as info
 from transformer_lab.exercises import ch5, registry
 
 
@@ -147,6 +148,22 @@ def _ce_logsumexp(logits, targets):
     return (torch.logsumexp(logits, -1) - logits[torch.arange(len(targets)), targets]).mean()
 
 
+def _ce_module(logits, targets):  # the nn.Module spelling of the same library loss
+    return torch.nn.CrossEntropyLoss()(logits, targets)
+
+
+def _ce_nll(logits, targets):  # a hand-written stable log-softmax, then the library's NLL
+    m = logits.max(dim=-1, keepdim=True).values
+    return F.nll_loss(logits - m - torch.log(torch.exp(logits - m).sum(-1, keepdim=True)), targets)
+
+
+def _ce_documented(logits, targets):
+    """Equals F.cross_entropy(logits, targets), written out: a name in a docstring is not a call."""
+    shifted = logits - logits.max(-1, keepdim=True).values  # same as torch.logsumexp(z) - max, by hand
+    log_p = shifted - shifted.exp().sum(-1, keepdim=True).log()
+    return -log_p.gather(-1, targets[:, None]).mean()
+
+
 def _mi_conditional(joint):  # returns H(Y | X), not what it removes
     return mutual_information(joint) * 0 + (-(torch.special.xlogy(joint, joint).sum()
                                               - torch.special.xlogy(joint.sum(1), joint.sum(1)).sum()))
@@ -161,6 +178,12 @@ def _mi_unweighted(joint):  # H(Y) minus the plain average of the rows' entropie
 def _mi_naive_log(joint):  # p log p with p = 0 gives NaN
     px, py = joint.sum(1), joint.sum(0)
     return (joint * (joint / (px[:, None] * py[None, :])).log()).sum()
+
+
+def _mi_wrong_marginal(joint):  # H(Y | X) as H(X, Y) - H(Y): the marginal of the wrong variable subtracted
+    py = joint.sum(0)
+    h_y = -torch.special.xlogy(py, py).sum()
+    return h_y - (-torch.special.xlogy(joint, joint).sum() - h_y)
 
 
 def _mi_mixed(joint):  # H(X) - H(Y | X): the marginal of the wrong variable
@@ -220,18 +243,20 @@ CATALOGUE = {
              ["differs", "case 1", "4 times the answer", "return the mean"]),
             (lambda logits, targets: -cross_entropy_from_logits(logits, targets), ["expected", "sign is flipped"]),
             (lambda logits, targets: cross_entropy_from_logits(logits, targets) / math.log(2), ["in bits"]),
-            (_ce_forgot_max_back, ["differs", "case 1"]),
+            (_ce_forgot_max_back, ["differs", "case 1", "not added back", "add m back after the log"]),
             (_ce_mean_shift, ["case 4", "exp overflowed"]),
             (_ce_global_max, ["case 5", "underflowed", "its own max"]),
             (_ce_library, ["values match", "calls cross_entropy"]),
             (_ce_logsumexp, ["values match", "calls logsumexp"]),
+            (_ce_module, ["values match", "calls CrossEntropyLoss"]),
+            (_ce_nll, ["values match", "calls nll_loss"]),
             (lambda logits, targets: (cross_entropy_from_logits(logits[i:i + 1], targets[i:i + 1])
                                       for i in range(len(targets))), ["should be a Tensor", "got generator"]),
             (lambda logits, targets: torch.stack([cross_entropy_from_logits(logits[i:i + 1], targets[i:i + 1])
                                                   for i in range(len(targets))]),
              ["shape (4,), expected ()", "return the mean over the rows"]),
         ],
-        "right": [_ce_row_loop, _ce_indexing],
+        "right": [_ce_row_loop, _ce_indexing, _ce_documented],
     },
     "kl_div": {
         "wrong": [
@@ -244,6 +269,10 @@ CATALOGUE = {
             (lambda p, q: (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).mean(-1),
              ["differs", "1/6 of the answer", "do not average"]),
             (lambda p, q: (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(), ["case 2", "shape ()"]),
+            (lambda p, q: -torch.special.xlogy(p, q).sum(-1), ["differs", "the cross-entropy H(p, q)",
+                                                               "subtract H(p)"]),
+            (lambda p, q: torch.zeros(p.shape[:-1], dtype=p.dtype), ["differs", "case 1"]),  # used to crash a hint
+            (lambda p, q: torch.nan_to_num((p * (p.log() - q.log())).sum(-1)), ["differs", "case 3"]),
         ],
         "right": [_kl_where, _kl_torch],
     },
@@ -256,6 +285,7 @@ CATALOGUE = {
             (_mi_naive_log, ["NaN", "case 3", "xlogy"]),  # the zeros off the diagonal
             (lambda joint: -torch.special.xlogy(joint.sum(0), joint.sum(0)).sum(), ["that is H(Y) alone"]),
             (_mi_mixed, ["differs", "case 1"]),
+            (_mi_wrong_marginal, ["differs", "H(X, Y) - H(X)", "the variable you condition on"]),
         ],
         "right": [_mi_kl, _mi_symmetric],
     },
@@ -265,8 +295,10 @@ CATALOGUE = {
             (lambda text: bigram_entropy(text) * math.log(2), ["nats", "divide by ln 2"]),
             (_bigram_unigram, ["bits/char"]),
             (lambda text: "1.0", ["should be a number"]),
-            (_bigram_circular, ["bits/char", "expected"]),
-            (_bigram_all_first_chars, ["bits/char"]),
+            (_bigram_circular, ["bits/char", "expected", "as a circle", "don't wrap around"]),
+            (lambda text: info.ngram_entropy(text, 2), ["information.ngram_entropy", "don't wrap around"]),
+            (_bigram_all_first_chars, ["bits/char", "over the pairs' first characters", "starts no pair"]),
+            (lambda text: float("nan"), ["got nan bits/char"]),
             (_bigram_len_text, ["number of pairs, len(text) - 1"]),
             (_bigram_backwards, ["H(X_{t-1} | X_t)"]),
             (_bigram_per_context_mean, ["weighted by how often it occurs"]),
@@ -287,6 +319,8 @@ CATALOGUE = {
             (lambda w: -torch.special.xlogy(w, w).mean(-1), ["differs", "1/4 of the answer", "do not average"]),
             (lambda w: -(w * torch.log(w / w.sum(-1, keepdim=True))).nan_to_num(0.0).sum(-1)
              + torch.where(w.sum(-1) == 0, float("nan"), 0.0), ["NaN", "case 4"]),  # NaN on the all-zero row
+            (lambda w: torch.nan_to_num(-(w * w.log()).sum(-1)), ["differs", "case 2"]),  # used to crash a hint
+            (lambda w: torch.zeros(w.shape[:-1], dtype=w.dtype), ["differs", "case 1"]),
         ],
         "right": [_head_where, _head_clamped],
     },
@@ -324,3 +358,24 @@ def test_typical_wrong_answer_rejected(name, wrong, words):
 @pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
 def test_correct_alternative_accepted(name, right):
     assert_accepted(ch5.EXERCISES[name], right)
+
+
+_STRANGE = {"zeros": torch.zeros, "inf": lambda *shape, dtype: torch.full(shape, math.inf, dtype=dtype),
+            "huge": lambda *shape, dtype: torch.full(shape, 1e308, dtype=dtype),
+            "tiny": lambda *shape, dtype: torch.full(shape, 1e-320, dtype=dtype),
+            "complex": lambda *shape, dtype: torch.zeros(shape, dtype=torch.complex128)}
+
+
+@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+@pytest.mark.parametrize("strange", sorted(_STRANGE))
+def test_strange_answers_are_rejected_never_crash(name, strange):
+    """A hint is read off the student's numbers: on zeros, inf, 1e308, subnormals or complex it must not raise."""
+    make = _STRANGE[strange]
+
+    def answer(*args):
+        expected = SOLUTIONS[name](*args)
+        shape = expected.shape if isinstance(expected, torch.Tensor) else ()
+        return make(*shape, dtype=torch.float64)
+
+    result = ch5.EXERCISES[name](answer)  # must return, not raise
+    assert not result.passed, result.message

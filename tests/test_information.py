@@ -27,10 +27,14 @@ def _dist(*shape, seed=0, scale=2.0):
 
 # ---------------------------------------------------------------- the derivations
 def test_derivation_check_agrees():
-    result = ch5.check(seed=1)
-    assert len(result) >= 10
-    for name, diff in result.items():
-        assert diff < 1e-10, f"{name}: {diff}"
+    """Seed 0 is the page's table, guarded there at 1e-14; other seeds' extreme logits (std 1e4) differ by up to
+    about 2e-12 in absolute terms (a relative 1e-16), so they get 1e-11."""
+    assert max(ch5.check(seed=0).values()) < 1e-14
+    for seed in (1, 2):
+        result = ch5.check(seed=seed)
+        assert len(result) >= 10
+        for name, diff in result.items():
+            assert diff < 1e-11, f"seed {seed}, {name}: {diff}"
 
 
 def test_symbolic_identities_are_zero():
@@ -420,7 +424,8 @@ def test_ngram_baselines_on_the_corpus_beat_add_alpha():
     add_alpha = {n: info.ngram_cross_entropy(train, val, n) for n in (1, 3, 5)}
     assert 2.2 < bits[5] < 2.47 < add_alpha[5]  # KN 5-gram ≈ 2.32 bits; add-0.1 ≈ 2.62 bits
     assert bits[1] > bits[3] > bits[5]
-    assert bits[1] == pytest.approx(add_alpha[1], abs=0.01)  # at n <= 3 the two smoothings agree to ~0.01 bit
+    for n in (1, 3):  # at n <= 3 the two smoothings agree to ~0.01 bit (n = 2 ≈ 0.002, not computed here)
+        assert bits[n] == pytest.approx(add_alpha[n], abs=0.01)
 
 
 def test_ngram_baselines_bad_input():

@@ -212,8 +212,9 @@ def ngram_entropy(text: str, n: int) -> float:
     The maximum-likelihood ("plug-in") estimate on ``text`` itself: the cross-entropy, on the same text, of the
     best n-gram model fitted to it. n = 1 is the unigram entropy H(X). The text is read as a circle (the last
     n-1 characters are followed by the first ones), so every order counts the same positions and the result is
-    non-increasing in n. As an estimate of the text's H_n it is biased low (optimistic), increasingly so for large n
-    (the model is scored on the n-grams it counted); compare :func:`ngram_baselines` on held-out text.
+    non-increasing in n. It is the text's own empirical H_n; as an estimate of the source's H_n it is biased low
+    (optimistic) in expectation, increasingly so for large n (the model is scored on the n-grams it counted);
+    compare :func:`ngram_baselines` on held-out text.
     """
     _check_ngram_args(text, n)
     code, V = _codes(text + text[:n - 1], n)  # wrap around: every order counts the same len(text) positions

@@ -7,16 +7,18 @@
 * ``head_entropy(weights)`` — the entropy of each attention row in nats, 0 for a fully masked (all-zero) row
 
 A hint is added to a "differs" message only when its condition holds: the answer equals what the typical slip
-computes on that case (the slips are computed from the case's inputs), or is within 0.1 % of the answer.
+computes on that case (the slips are computed from the case's inputs), or is within 0.1 % of the answer. Hints are
+computed through :func:`_hint`, so a hint that cannot be computed on a strange answer is left out, never raised.
 """
 
 from __future__ import annotations
 
 import inspect
+import io
 import itertools
 import math
 import numbers
-import re
+import tokenize
 from collections import Counter
 
 import torch
@@ -26,6 +28,19 @@ from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
 
 _CLOSE = " — close but not exact: did you add an eps inside the log? torch.special.xlogy makes 0 · log 0 = 0 exactly"
+
+
+def _hint(*candidates) -> str:
+    """The first non-empty hint that the zero-argument ``candidates`` return; one that raises counts as '' (a hint
+    is advice on an answer already known to be wrong: computing it must never crash the check)."""
+    for make in candidates:
+        try:
+            hint = make()
+        except Exception:  # any arithmetic on a student's output may fail
+            continue
+        if hint:
+            return hint
+    return ""
 
 
 def _slip_hint(got, slips) -> str:
@@ -79,11 +94,22 @@ def _scalar_hint(got, expected, *, quantity: str) -> str:
     return ""
 
 
-def _compare_ce(got, expected):
-    msg = describe_difference(got, expected, atol=1e-9, rtol=1e-9)
-    if msg and isinstance(got, torch.Tensor) and got.dim() == 1:
-        return msg + " — return the mean over the rows, a 0-d tensor"
-    return msg and msg + _scalar_hint(got, expected, quantity="the loss -log softmax(z)_y")
+def _ce_slips(logits, targets) -> list:
+    """What the typical slips compute on one case, each with its hint."""
+    m = logits.max(dim=-1, keepdim=True).values
+    no_add = (torch.log(torch.exp(logits - m).sum(-1)) - logits.gather(-1, targets[:, None]).squeeze(-1)).mean()
+    return [(no_add, " — the max is not added back: log Σ e^(z - m) is LSE(z) - m, so add m back after the log")]
+
+
+def _compare_ce_with(slips: list):
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-9, rtol=1e-9)
+        if msg and isinstance(got, torch.Tensor) and got.dim() == 1:
+            return msg + " — return the mean over the rows, a 0-d tensor"
+        return msg and msg + _hint(
+            lambda: _slip_hint(got, slips[_case_index(expected, [e for e, _ in slips])][1]),
+            lambda: _scalar_hint(got, expected, quantity="the loss -log softmax(z)_y"))
+    return compare
 
 
 def check_cross_entropy_from_logits(fn) -> CheckResult:
@@ -100,7 +126,9 @@ def check_cross_entropy_from_logits(fn) -> CheckResult:
         {"logits": torch.tensor([[1000.0, 0.0, -1000.0], [-1000.0, -1001.0, -999.0]], dtype=torch.float64),
          "targets": torch.tensor([1, 2])},  # rows far apart: one max for the whole batch underflows row 2
     ]
-    result = check_function("cross_entropy_from_logits", fn, _ref_cross_entropy, cases, compare=_compare_ce)
+    slips = [(_ref_cross_entropy(**c), _ce_slips(**c)) for c in cases]
+    result = check_function("cross_entropy_from_logits", fn, _ref_cross_entropy, cases,
+                            compare=_compare_ce_with(slips))
     called = _forbidden_calls(fn)
     if result.passed and called:
         return CheckResult(result.name, False, f"the values match, but the function calls {', '.join(called)}: "
@@ -108,17 +136,30 @@ def check_cross_entropy_from_logits(fn) -> CheckResult:
     return result
 
 
-_FORBIDDEN = re.compile(r"\b(cross_entropy|logsumexp|log_softmax|nll_loss)\s*\(")
+_FORBIDDEN = {"cross_entropy", "logsumexp", "log_softmax", "nll_loss", "CrossEntropyLoss", "NLLLoss", "LogSoftmax"}
 
 
 def _forbidden_calls(fn) -> list[str]:
-    """The library loss functions that ``fn``'s source calls (comments ignored); [] where no source is available."""
+    """The library loss functions and modules that ``fn``'s source calls: a forbidden name followed by "(".
+
+    Read from Python's tokens, not with ``ast``: a lambda's source is the line(s) around it, not always a whole
+    statement. Strings (docstrings included) and comments are tokens of their own, so a name inside them never
+    counts. [] where no source is available.
+    """
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):  # a builtin, or a function made by exec
         return []
-    code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
-    return sorted({m[1] for m in _FORBIDDEN.finditer(code)})
+    called, previous = set(), None
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.string == "(" and tok.type == tokenize.OP and previous and previous.type == tokenize.NAME:
+                called.add(previous.string)
+            if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                previous = tok
+    except (tokenize.TokenError, SyntaxError):  # the fragment around a lambda ends inside brackets: keep what was read
+        pass
+    return sorted(called & _FORBIDDEN)
 
 
 # ---------------------------------------------------------------- 2. KL divergence
@@ -131,7 +172,9 @@ def _kl_slips(p, q, expected) -> list:
     return [(info.kl_divergence(q, p), " — that is KL(q ‖ p): the weights are p, Σ p log(p / q), and the order "
                                        "of p and q matters"),
             (expected / math.log(2), " — that is in bits (log base 2); use the natural log for nats"),
-            (-expected, " — a KL divergence is never negative (Gibbs' inequality): is the ratio p/q upside down?")]
+            (-expected, " — a KL divergence is never negative (Gibbs' inequality): is the ratio p/q upside down?"),
+            (info.distribution_cross_entropy(p, q), " — that is the cross-entropy H(p, q) = -Σ p log q = H(p) + "
+                                                    "KL(p ‖ q): subtract H(p), i.e. add Σ p log p")]
 
 
 def _compare_kl_with(slips: list):
@@ -141,22 +184,25 @@ def _compare_kl_with(slips: list):
             return msg
         if torch.isnan(got).any():
             return msg + " — 0 · log 0 gave NaN: use torch.special.xlogy, which makes 0 · log(0) = 0"
-        case = slips[_case_index(expected, [e for e, _ in slips])][1]
-        hint = _slip_hint(got, case) or _average_hint(got, expected) or _close_hint(got, expected)
-        if not hint and (got < -1e-12).any():
-            hint = " — a KL divergence is never negative (Gibbs' inequality)"
-        return msg + hint
+        return msg + _hint(lambda: _slip_hint(got, slips[_case_index(expected, [e for e, _ in slips])][1]),
+                           lambda: _average_hint(got, expected), lambda: _close_hint(got, expected),
+                           lambda: " — a KL divergence is never negative (Gibbs' inequality)"
+                           if (got < -1e-12).any() else "")
     return compare
 
 
 def _average_hint(got: torch.Tensor, expected: torch.Tensor) -> str:
     """' — … averaged' when got = expected / k for one integer k > 1 (a mean over k entries instead of a sum)."""
-    nonzero = expected.abs() > 1e-12
-    if not nonzero.any() or not got.is_floating_point():
+    if not got.is_floating_point():
         return ""
-    k = expected[nonzero] / got.detach().to(torch.float64)[nonzero]
+    got = got.detach().to(torch.float64)
+    nonzero = (expected.abs() > 1e-12) & (got != 0)  # got = 0 where expected is not: no ratio to read
+    if not nonzero.any():
+        return ""
+    k = expected[nonzero] / got[nonzero]
     k0 = k.flatten()[0].item()
-    if k0 > 1.5 and abs(k0 - round(k0)) < 1e-6 and torch.allclose(k, torch.full_like(k, k0), rtol=1e-9):
+    if (math.isfinite(k0) and k0 > 1.5 and abs(k0 - round(k0)) < 1e-6
+            and torch.allclose(k, torch.full_like(k, k0), rtol=1e-9)):
         return f" — that is 1/{round(k0)} of the answer: sum over the last dimension, do not average"
     return ""
 
@@ -193,7 +239,9 @@ def _mi_slips(joint, expected) -> list:
             (h_y, " — that is H(Y) alone; subtract H(Y | X)"),
             (-expected, " — the sign is flipped: H(Y) - H(Y | X) is ≥ 0"),
             (expected / math.log(2), " — that is in bits (log base 2); use the natural log for nats"),
-            (h_y - unweighted, " — H(Y | X) weights each row's entropy H(Y | X = x) by p(x); you averaged the rows")]
+            (h_y - unweighted, " — H(Y | X) weights each row's entropy H(Y | X = x) by p(x); you averaged the rows"),
+            (2 * h_y - info.entropy(joint.flatten()), " — H(Y | X) = H(X, Y) - H(X): subtract the entropy of the "
+                                                      "variable you condition on, p(x) = joint.sum(1), not H(Y)")]
 
 
 def _compare_mi_with(slips: list):
@@ -203,8 +251,8 @@ def _compare_mi_with(slips: list):
             return msg
         if torch.isnan(got).any():
             return msg + " — 0 · log 0 gave NaN (a cell of probability 0): use torch.special.xlogy"
-        case = slips[_case_index(expected, [e for e, _ in slips])][1]
-        return msg + (_slip_hint(got, case) or _close_hint(got, expected))
+        return msg + _hint(lambda: _slip_hint(got, slips[_case_index(expected, [e for e, _ in slips])][1]),
+                           lambda: _close_hint(got, expected))
     return compare
 
 
@@ -245,13 +293,19 @@ def _bigram_slips(text) -> list:
     backwards = -sum(c / N * math.log2(c / second[b]) for (_, b), c in pairs.items())  # H(X_{t-1} | X_t)
     per_context = sum(-sum(c / sum(cs) * math.log2(c / sum(cs)) for c in cs) for cs in follow.values()) / len(follow)
     joint = -sum(c / N * math.log2(c / N) for c in pairs.values())  # H(X_{t-1}, X_t)
+    everywhere = Counter(text)  # c(a) over every character, the last one included
+    all_chars = -sum(c / N * math.log2(c / everywhere[a]) for (a, _), c in pairs.items())
     return [(H * math.log(2), " — that is the answer in nats; divide by ln 2"),
             (joint, " — that is the joint entropy H(X_{t-1}, X_t); inside the log use c(a, b) / c(a), P(b | a)"),
             (H * N / len(text), " — N is the number of pairs, len(text) - 1, not len(text)"),
             (backwards, " — that is H(X_{t-1} | X_t): condition on the first character of each pair, c(a) = Σ_b "
                         "c(a, b)"),
             (per_context, " — each context's entropy must be weighted by how often it occurs, c(a) / N, not "
-                          "averaged over the contexts")]
+                          "averaged over the contexts"),
+            (all_chars, " — count c(a) over the pairs' first characters, c(a) = Σ_b c(a, b), not over all "
+                        "characters: the last character starts no pair"),
+            (info.ngram_entropy(text, 2), " — that is information.ngram_entropy(text, 2), which reads the text "
+                                          "as a circle: don't wrap around, count only the len(text) - 1 pairs")]
 
 
 def _compare_float_with(slips: list):
@@ -260,14 +314,17 @@ def _compare_float_with(slips: list):
                                          or (isinstance(got, torch.Tensor) and got.numel() == 1)):
             return f"output should be a number (bits per character), got {type(got).__name__}"
         kind = str(got.dtype).removeprefix("torch.") if isinstance(got, torch.Tensor) else type(got).__name__
-        got = float(got)
-        if abs(got - expected) > 1e-9:
+        try:
+            got = float(got)
+        except (TypeError, ValueError, RuntimeError):  # a complex tensor, say
+            return f"output should be a real number (bits per character), got {kind}"
+        if not abs(got - expected) <= 1e-9:  # NaN differs too
             case = slips[[e for e, _ in slips].index(expected)][1]
-            hint = next((h for v, h in case if abs(got - v) <= 1e-9 * max(1.0, abs(v))), "")
-            if not hint and kind in ("float32", "float16", "bfloat16"):
-                hint = f" — a {kind} keeps about 7 digits: return a Python float (float64)"
-            if not hint and abs(got - expected) <= 1e-3 * abs(expected):
-                hint = " — close but not exact: count the pairs exactly, with no smoothing or eps"
+            hint = _hint(lambda: next((h for v, h in case if abs(got - v) <= 1e-9 * max(1.0, abs(v))), ""),
+                         lambda: f" — a {kind} keeps about 7 digits: return a Python float (float64)"
+                         if kind in ("float32", "float16", "bfloat16") else "",
+                         lambda: " — close but not exact: count the pairs exactly, with no smoothing or eps"
+                         if abs(got - expected) <= 1e-3 * abs(expected) else "")
             return f"got {got:.9g} bits/char, expected {expected:.9g} (|diff| = {abs(got - expected):.3g}){hint}"
         return None
     return compare
@@ -305,8 +362,8 @@ def _compare_head_entropy_with(slips: list):
             return msg
         if torch.isnan(got).any():
             return msg + " — 0 · log 0 gave NaN (a masked key, or a fully masked row): use torch.special.xlogy"
-        case = slips[_case_index(expected, [e for e, _ in slips])][1]
-        return msg + (_slip_hint(got, case) or _average_hint(got, expected) or _close_hint(got, expected))
+        return msg + _hint(lambda: _slip_hint(got, slips[_case_index(expected, [e for e, _ in slips])][1]),
+                           lambda: _average_hint(got, expected), lambda: _close_hint(got, expected))
     return compare
 
 
