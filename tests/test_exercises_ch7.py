@@ -70,6 +70,15 @@ def op_max_itself(pattern, dtype):
     return torch.finfo(dtype).max
 
 
+def op_float32_bisection(pattern, dtype):  # right method, float32 arithmetic: 3.5e-6 short for one logit
+    log_max = math.log(torch.finfo(dtype).max)
+    lo, hi = 0.0, log_max
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if torch.logsumexp(mid * pattern.float(), 0).item() < log_max else (lo, mid)
+    return (lo + hi) / 2
+
+
 def lse_unmasked_max(x):  # the old page solution: NaN for a fully masked row
     m = x.amax(dim=-1, keepdim=True)
     return (m + torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))).squeeze(-1)
@@ -87,6 +96,14 @@ def lse_max_not_added_back(x):
 def lse_mean_shift(x):
     m = x.mean(dim=-1, keepdim=True)
     return (m + torch.log(torch.exp(x - m).sum(-1, keepdim=True))).squeeze(-1)
+
+
+def lse_float32(x):  # a float32 result for float64 logits
+    return torch.logsumexp(x.float(), dim=-1)
+
+
+def lse_float32_step(x):  # converted back, but computed in float32
+    return torch.logsumexp(x.float(), dim=-1).to(x.dtype)
 
 
 def lse_keepdim(x):
@@ -286,6 +303,7 @@ CATALOGUE = {
             (op_float32_max, ["one logit", "torch.finfo(dtype).max, not float32's"]),
             (op_all_terms_equal, ["the figure's pattern", "treats all n terms as equal", "bisection"]),
             (op_max_itself, ["one logit", "differs in", "natural logarithm"]),
+            (op_float32_bisection, ["one logit", "close, but not to 1e-6", "compute in float64"]),
         ],
         "right": [op_fixed_point, op_newton],
     },
@@ -293,7 +311,9 @@ CATALOGUE = {
         "wrong": [
             (lse_unmasked_max, ["a fully masked row (all -inf)", "NaN", "shift such a row by 0"]),
             (lse_naive, ["huge logits", "inf", "subtract m = max(x)"]),
-            (lse_max_not_added_back, ["ordinary logits", "differs in"]),
+            (lse_max_not_added_back, ["ordinary logits", "differs in", "add the shift m back"]),
+            (lse_float32, ["ordinary logits", "another dtype than x"]),
+            (lse_float32_step, ["ordinary logits", "close, but not to 1e-9", "float32 step"]),
             (lse_mean_shift, ["huge logits"]),
             (lse_keepdim, ["has shape (1,), expected ()", "squeeze(-1)"]),
             (lse_global_max, ["rows of very different sizes", "its own maximum"]),
@@ -387,3 +407,9 @@ def test_stub_says_not_written_yet():
         raise NotImplementedError
 
     assert_rejected(ch7.check_stable_logsumexp, stable_logsumexp, "not written yet")
+
+
+def test_one_logit_near_miss_is_not_told_that_other_terms_count():
+    """For one logit log(max) is the answer, so a float32 near miss must not get the log(max) hint."""
+    message = ch7.check_overflow_point(op_float32_bisection).message
+    assert "the other terms count too" not in message and "compute in float64" in message

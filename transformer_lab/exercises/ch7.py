@@ -95,26 +95,36 @@ def _ref_overflow_point(pattern, dtype):
 
 
 def _overflow_hint(fn, cases):
-    """Name the slip: log2 or the dtype's max itself, float32's max for every format, or one term only."""
-    def answers(alternative):
-        try:
-            return all(math.isclose(float(fn(c["pattern"].clone(), c["dtype"])), alternative(c), rel_tol=1e-6)
-                       for c in cases)
-        except Exception:  # a student's bug: no diagnosis
-            return False
+    """Name the slip: log2 or the dtype's max itself, float32's max for every format, or one term only. An
+    alternative is tried only where it differs from the reference on the group's cases (for one logit, log(max)
+    is the answer); an answer within 1e-3 of the reference that is not one of them is a precision slip."""
+    def matches(alternative, values):
+        return all(math.isclose(v, alternative(c), rel_tol=1e-6) for v, c in zip(values, cases, strict=True))
 
+    try:
+        got = [float(fn(c["pattern"].clone(), c["dtype"])) for c in cases]
+    except Exception:  # a student's bug: no diagnosis
+        got = None
+    reference = [_ref_overflow_point(c["pattern"], c["dtype"]) for c in cases]
     log_max = lambda c: math.log(torch.finfo(c["dtype"]).max)  # noqa: E731
-    if answers(lambda c: math.log2(torch.finfo(c["dtype"]).max)):
-        return "exp overflows where a exceeds the natural logarithm of the largest number: math.log, not math.log2"
-    if answers(lambda c: math.log(torch.finfo(torch.float32).max)):
-        return "each format has its own largest number: torch.finfo(dtype).max, not float32's"
-    if answers(log_max):
-        return ("a = log(max) is where the largest term e^a alone overflows; the other terms count too: the sum "
-                "reaches max when log sum_i e^{a p_i} = log(max)")
-    if answers(lambda c: log_max(c) - math.log(len(c["pattern"]))):
-        return ("log(max) - log(n) treats all n terms as equal to the largest; here they are not: solve "
-                "log sum_i e^{a p_i} = log(max) for a (bisection between 0 and log(max) works: the left side grows "
-                "with a)")
+    slips = [
+        (lambda c: math.log2(torch.finfo(c["dtype"]).max),
+         "exp overflows where a exceeds the natural logarithm of the largest number: math.log, not math.log2"),
+        (lambda c: math.log(torch.finfo(torch.float32).max),
+         "each format has its own largest number: torch.finfo(dtype).max, not float32's"),
+        (log_max, "a = log(max) is where the largest term e^a alone overflows; the other terms count too: the sum "
+                  "reaches max when log sum_i e^{a p_i} = log(max)"),
+        (lambda c: log_max(c) - math.log(len(c["pattern"])),
+         "log(max) - log(n) treats all n terms as equal to the largest; here they are not: solve "
+         "log sum_i e^{a p_i} = log(max) for a (bisection between 0 and log(max) works: the left side grows with a)"),
+    ]
+    if got is not None:
+        for alternative, hint in slips:
+            if matches(alternative, got) and not matches(alternative, reference):
+                return hint
+        if all(math.isfinite(v) and abs(v - r) < 1e-3 for v, r in zip(got, reference, strict=True)):
+            return ("close, but not to 1e-6: compute in float64 (float32 carries about 7 significant digits, too "
+                    "few near a = 88.7)")
     return ("the answer is the a with log sum_i e^{a p_i} = log(torch.finfo(dtype).max), the natural logarithm; "
             "solve it numerically (bisection between 0 and log(max) works: the left side grows with a)")
 
@@ -141,18 +151,43 @@ def _ref_logsumexp(x):
     return torch.logsumexp(x, dim=-1)
 
 
+def _lse_hint(base: str):
+    """The group's hint ``base``, unless the answer names another slip: a float32 result for float64 logits, or
+    ``log sum exp(x - m)`` without the shift ``m = max(x)`` added back, or a near miss (a float32 step)."""
+    def hint(fn, cases):
+        try:
+            got = [torch.as_tensor(fn(*(v.clone() for v in c.values()))) for c in cases]
+        except Exception:  # a student's bug: no diagnosis
+            return base
+        if any(g.dtype != c["x"].dtype for g, c in zip(got, cases, strict=True)):
+            return ("the result has another dtype than x: compute in x's own dtype (float64 here; float32 carries "
+                    "only about 7 significant digits)")
+        shifted = [_ref_logsumexp(c["x"]) - c["x"].amax(dim=-1) for c in cases]
+        if all(g.shape == s.shape and torch.allclose(g.double(), s, atol=1e-9, rtol=1e-9)
+               for g, s in zip(got, shifted, strict=True)):
+            return "add the shift m back: LSE(x) = m + log sum_i exp(x_i - m), with m = max(x) of the row"
+        if all(g.shape == c["x"].shape[:-1] and torch.allclose(g.double(), _ref_logsumexp(c["x"]), atol=1e-5,
+                                                               rtol=1e-5) for g, c in zip(got, cases, strict=True)):
+            return ("close, but not to 1e-9: keep every step in x's dtype (float64 here); a float32 step carries "
+                    "only about 7 significant digits")
+        return base
+    return hint
+
+
 def check_stable_logsumexp(fn) -> CheckResult:
     """``fn(x (..., n)) -> (...)``: log(sum(exp(x))) over the last dimension, without overflow or underflow."""
     g = generator(7)
     groups = [
         ("ordinary logits", [{"x": torch.randn(5, generator=g, dtype=D)},
                              {"x": torch.randn(3, 4, 6, generator=g, dtype=D) * 3}],
-         "LSE(x) = log(sum_i exp(x_i)) over the last dimension; the result has one dimension fewer than x"),
+         _lse_hint("LSE(x) = log(sum_i exp(x_i)) over the last dimension; the result has one dimension fewer "
+                   "than x")),
         ("a single logit", [{"x": torch.tensor([[2.5], [-7.0]], dtype=D)}],
          "with one entry, LSE(x) = x"),
         ("huge logits", [{"x": torch.tensor([[1000.0, 999.0, -5.0], [710.0, 0.0, 710.0]], dtype=D)},
                          {"x": torch.tensor([1000.0, -1000.0], dtype=D)}],
-         "exp(1000) overflows float64; subtract m = max(x) first and add it back: LSE(x) = m + LSE(x - m)"),
+         _lse_hint("exp(1000) overflows float64; subtract m = max(x) first and add it back: "
+                   "LSE(x) = m + LSE(x - m)")),
         ("very negative logits", [{"x": torch.tensor([-1000.0, -1001.0, -1002.0], dtype=D)}],
          "exp(-1000) underflows to 0 and log(0) = -inf; the max shift makes the largest term exactly 1"),
         ("rows of very different sizes", [{"x": torch.tensor([[1000.0, 999.0], [-1000.0, -1001.0]], dtype=D)}],
