@@ -443,3 +443,27 @@ def test_sdpa_half_mixed_with_float32_still_works():
     q, k = torch.randn(2, 3, dtype=torch.float16), torch.randn(4, 3, dtype=torch.float32)
     out, weights = scaled_dot_product_attention(query=q, key=k, value=k.to(torch.bfloat16))
     assert out.dtype == weights.dtype == torch.float16 and torch.isfinite(out).all()
+
+
+def test_a_fully_masked_query_gives_the_output_bias_and_composes_with_attention_entropy():
+    """Issue 12, bug 9: the documented behaviour on a padding row is the real one. Attention gives that row weights
+    0 and head outputs 0 (like F.scaled_dot_product_attention; nn.MultiheadAttention gives NaN), so the module
+    returns out_proj's bias there, and attention_entropy reads those weights as entropy 0, not NaN."""
+    from transformer_lab.attention import MultiHeadAttention
+    from transformer_lab.information import attention_entropy
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2)
+    torch.nn.init.normal_(mha.out_proj.bias)
+    x = torch.randn(2, 3, 8)
+    mask = torch.ones(2, 3, 3, dtype=torch.bool)
+    mask[1, 0] = False  # batch 1, query 0: every key is padding
+    out, weights = mha(query=x, key=x, value=x, mask=mask, need_weights=True)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[1, 0], mha.out_proj.bias.detach(), rtol=0, atol=0)
+    assert (weights[1, :, 0] == 0).all()
+    torch.testing.assert_close(weights[1, :, 1:].sum(-1), torch.ones(2, 2))
+    entropy = attention_entropy(weights)  # (B, h, T_q)
+    assert torch.isfinite(entropy).all() and (entropy[1, :, 0] == 0).all() and (entropy[1, :, 1:] > 0).all()
+    reference = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    assert torch.isnan(reference(x, x, x, attn_mask=~mask[1])[0][0, 0]).all()  # PyTorch's module: NaN

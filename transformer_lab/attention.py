@@ -343,6 +343,10 @@ class MultiHeadAttention(nn.Module):
         mask bool, True = may attend: (T_q, T_k), (B, T_q, T_k), or broadcastable to (B, h, T_q, T_k);
         or ``is_causal=True``, the causal mask (see :func:`scaled_dot_product_attention`).
         Returns ``out``; with ``need_weights=True`` returns ``(out, weights)``, weights (B, h, T_q, T_k) per head.
+        A query whose every key is masked (a padding row) gets weights 0 and head outputs 0, as
+        ``F.scaled_dot_product_attention`` gives, so its ``out`` is the output projection's bias b_O (0 without
+        bias); ``nn.MultiheadAttention`` returns NaN there. Such rows have attention entropy 0
+        (``information.attention_entropy``), so padded batches need no special case.
         """
         C = self.d_model
         for name, t in (("query", query), ("key", key), ("value", value)):
