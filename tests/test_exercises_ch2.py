@@ -321,6 +321,29 @@ def _limit_numeric(z, T):  # softmax at T = 1e-6 or 1e6: close, but not the limi
     return torch.softmax(z / (1e-6 if T == 0 else 1e6), dim=-1)
 
 
+def _limit_at_extreme_t(z, T):  # softmax at t = 1e-300 or 1e300: passed the first 7 cases (review, round 3)
+    return torch.softmax(z / (1e-300 if T == 0 else 1e300), dim=-1)
+
+
+def _limit_isclose_ties(z, T):  # ties by isclose: a gap of 5e-324 counts as a tie
+    keep = torch.isclose(z, z.amax(dim=-1, keepdim=True)) if T == 0 else z > -math.inf
+    return keep.to(z.dtype) / keep.to(z.dtype).sum(dim=-1, keepdim=True)
+
+
+def _jacobian_unbatched_outer(z):  # p.unsqueeze(-1) * p: right for one row, does not broadcast for a batch
+    p = torch.softmax(z, -1)
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p
+
+
+def _seq_one_hot_transposed(logits, tokens):  # one_hot(tokens).T: (L, V) becomes (V, L)
+    one_hot = torch.nn.functional.one_hot(tokens, logits.shape[-1]).to(logits.dtype)
+    return (torch.log_softmax(logits, -1) * one_hot.T).sum((-2, -1))
+
+
+def _seq_naive_logsumexp(logits, tokens):  # z_y - log Σ exp(z): exp overflows, log(inf) = inf, answer -inf
+    return (_picked(logits, tokens) - torch.log(torch.exp(logits).sum(-1))).sum(-1)
+
+
 def _limit_all_tokens(z, T):  # uniform over every token, -inf ones included
     return temperature_limit(z, T) if T == 0 else torch.full_like(z, 1 / z.shape[-1])
 
@@ -338,6 +361,7 @@ CATALOGUE = {
             (lambda z: stable_softmax(z).sum(-1), ["shape"]),
             (_softmax_float32, ["differs in", "case 1", "float32 round-off", "float64"]),
             (_softmax_no_keepdim, ["raised RuntimeError", "case 2", "keepdim=True"]),
+            (lambda z: torch.softmax(z, 1 if z.dim() > 1 else 0), ["differs in", "case 9", "dim=-1"]),  # review 3
             (_softmax_batch_sum, ["differs in", "case 2", "whole batch"]),
             (_softmax_epsilon, ["differs in", "case 1"]),
         ],
@@ -353,6 +377,7 @@ CATALOGUE = {
             (lambda z: torch.eye(z.shape[-1], dtype=z.dtype) - torch.softmax(z, -1).unsqueeze(-2).expand(
                 *z.shape, z.shape[-1]), ["case 1", "Jacobian of log-softmax"]),
             (_jacobian_naive, ["NaN", "case 3", "stable"]),
+            (_jacobian_unbatched_outer, ["raised RuntimeError", "case 2", "p.unsqueeze(-1) * p.unsqueeze(-2)"]),
             (lambda z: softmax_jacobian_at(z)[..., 0, :], ["shape", "case 1"]),
             (lambda z: softmax_jacobian_at(z.float()), ["differs in", "case 1", "float32 round-off"]),
             (lambda z: (lambda p: torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2))(torch.softmax(z, 0)),
@@ -379,6 +404,8 @@ CATALOGUE = {
                                             tokens).sum(-1), ["case 3", "overflows"]),  # naive: NaN on huge logits
             (lambda logits, tokens: _picked(torch.log(torch.softmax(logits, -1)), tokens).sum(-1),
              ["case 5", "-inf", "log_softmax"]),  # log of a probability that rounded to 0
+            (_seq_naive_logsumexp, ["case 3", "-inf", "exp(z) overflows", "logsumexp"]),
+            (_seq_one_hot_transposed, ["raised RuntimeError", "case 1", ".T on a batch"]),
             (lambda logits, tokens: sequence_log_prob(logits, tokens).mean() if logits.dim() > 2
              else sequence_log_prob(logits, tokens), ["shape", "case 2"]),  # averaged over the batch
             (lambda logits, tokens: _picked(torch.log_softmax(logits, -1), tokens).mean(-1),
@@ -416,6 +443,9 @@ CATALOGUE = {
             (_limit_numeric, ["differs in", "case 2", "finite T"]),
             (lambda z, T: temperature_limit(z, T).float(), ["differs in", "case 2", "float32 round-off"]),
             (lambda z, T: torch.softmax(z, -1), ["differs in", "case 1", "finite T"]),  # softmax at T = 1
+            (_limit_at_extreme_t, ["differs in", "case 8", "no finite t reaches the limit"]),
+            (lambda z, T: torch.softmax(z / (1e-12 if T == 0 else 1e12), -1), ["case 8", "no finite t"]),
+            (_limit_isclose_ties, ["differs in", "case 7", "not tied", "exactly (==)"]),
         ],
         "right": [_limit_by_softmax_of_mask, _limit_loop],
     },
@@ -471,6 +501,11 @@ def test_top_p_boundary_case_is_exact():
     ("stable_softmax", _softmax_epsilon, ["float32", "hint"]),  # float64 near miss: not float32 round-off
     ("chi_square_statistic", _chi2_shortcut, ["hint"]),  # no typical-mistake hint fits it
     ("temperature_limit", lambda z, T: torch.softmax(z, -1), ["share the mass equally", "swapped", "float32"]),
+    ("temperature_limit", _limit_at_extreme_t, ["swapped"]),
+    ("softmax_jacobian_at", _jacobian_unbatched_outer, ["a reduction over the last dimension drops it"]),
+    ("sequence_log_prob", _seq_naive_logsumexp, ["rounds to 0"]),  # review 3: the -inf hint blamed log(softmax)
+    ("sequence_log_prob", lambda logits, tokens: _picked(torch.log(torch.softmax(logits, -1)), tokens).sum(-1),
+     ["overflows"]),
 ])
 def test_a_hint_fires_only_for_its_own_mistake(name, wrong, not_words):
     """The review found case-1 hints blaming unrelated mistakes (a sign error told about alignment)."""
@@ -498,3 +533,16 @@ def test_chi_square_shortcut_breaks_with_a_drawn_removed_token():
     """The solution says X² = Σ O²/E - N fails when a removed token was drawn (case 5): it is negative there."""
     case = list(ch2._chi2_cases())[4]
     assert float(_chi2_shortcut(**case)) < 0 < float(chi_square_statistic(**case))
+
+
+def test_no_finite_temperature_passes_the_limit_checker():
+    """The page says evaluating the softmax at a tiny or huge t is not the limit and the checker can tell; the
+    third review found softmax(z / 1e-12) and softmax(z / 1e-100) passing every case. Cases 8-9 are beyond any
+    finite float64 t (checked here for the smallest and the largest double and powers of 10 between them)."""
+    for t in [10.0**k for k in range(-323, 309, 20)] + [1e-12, 1e12, 1e-100, 1e100, 5e-324, 1.7976931348623157e308]:
+        def at_t(z, T, t=t):
+            return torch.softmax(z / t, dim=-1)
+        assert not ch2.check_temperature_limit(at_t).passed, t
+    cases = list(ch2._temperature_limit_cases())
+    assert ch2._temperature_limit_reference(**cases[7]).tolist() == [0.0, 1.0]
+    assert ch2._temperature_limit_reference(**cases[8]).tolist() == [0.5, 0.5]

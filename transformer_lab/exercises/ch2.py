@@ -49,15 +49,20 @@ def _has_nan(case: dict, got, expected) -> bool:
     return isinstance(got, torch.Tensor) and bool(torch.isnan(got).any())
 
 
-def _check(name: str, fn, reference, cases, mistakes: list[Mistake], **tol) -> CheckResult:
-    """:func:`check_function`, then the hint of the first typical mistake that the failing output matches."""
+_BROADCAST_HINT = ("the shapes do not broadcast; common causes: a reduction over the last dimension without "
+                   "keepdim=True (z.amax(dim=-1, keepdim=True) keeps it), or .T on a batch, which reverses every "
+                   "dimension (.transpose(-2, -1) swaps the last two)")
+
+
+def _check(name: str, fn, reference, cases, mistakes: list[Mistake], broadcast_hint: str = _BROADCAST_HINT,
+           **tol) -> CheckResult:
+    """:func:`check_function`, then the hint of the first typical mistake that the failing output matches
+    (``broadcast_hint`` when the student's code raised a shape-mismatch error)."""
     cases = list(cases)
     result = check_function(name, fn, reference, cases, **tol)
     found = re.search(r"\(on case (\d+):", result.message)
     if result.message.startswith("raised RuntimeError") and "must match the size of tensor" in result.message:
-        return CheckResult(result.name, False, f"{result.message} (hint: a reduction over the last dimension "
-                                               "drops it; keep it with keepdim=True so the result broadcasts "
-                                               "against the rows, e.g. z.amax(dim=-1, keepdim=True))")
+        return CheckResult(result.name, False, f"{result.message} (hint: {broadcast_hint})")
     if result.passed or found is None or result.message.startswith("raised") or "has shape" in result.message:
         return result
     case = cases[int(found.group(1)) - 1]
@@ -92,6 +97,7 @@ def _softmax_cases(seed: int = 0):
     # a shift by the row minimum, mean or first entry leaves an exponent of +1000 in one of these rows
     yield {"z": torch.tensor([[0.0, -1000.0], [-1000.0, 0.0], [0.0, -2000.0]], dtype=torch.float64)}
     yield {"z": torch.tensor([[2.0, 2.0, -1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)}  # tied maxima
+    yield {"z": randn(gen, 2, 3, 4, scale=3)}  # 3-D: only dim=-1 is right (a softmax over dim 1 passes 2-D cases)
 
 
 def _shifted(shift):
@@ -123,7 +129,8 @@ _SOFTMAX_MISTAKES: list[Mistake] = [
                                                              lambda z: z[..., :1])),
      "shift each row by its own maximum, so that every exponent is <= 0; a shift by the row's minimum, mean or "
      "first entry still leaves an exponent of +1000 here"),
-    (_like(lambda z: _softmax(z, dim=0)), "the softmax is over the last dimension (dim=-1), each row separately"),
+    (lambda c, got, e: any(_like(lambda z, d=d: _softmax(z, dim=d))(c, got, e) for d in range(c["z"].dim() - 1)),
+     "the softmax is over the last dimension (dim=-1), each row separately"),
     (_like(lambda z: torch.exp(z - z.amax(-1, keepdim=True)) / torch.exp(z - z.amax(-1, keepdim=True)).sum()),
      "normalise each row by its own sum, e.sum(dim=-1, keepdim=True): e.sum() adds up the whole batch"),
     _FLOAT32_HINT,
@@ -176,6 +183,9 @@ _JACOBIAN_MISTAKES: list[Mistake] = [
 def check_softmax_jacobian_at(fn) -> CheckResult:
     """``softmax_jacobian_at(z)``: ∂softmax(z)_i/∂z_j = p_i(δ_ij - p_j), z (..., n) -> (..., n, n)."""
     return _check("softmax_jacobian_at", fn, _jacobian_reference, _jacobian_cases(), _JACOBIAN_MISTAKES,
+                  broadcast_hint="the shapes do not broadcast; for a batch (..., n) the outer product p pᵀ is "
+                                 "p.unsqueeze(-1) * p.unsqueeze(-2), (..., n, 1) times (..., 1, n) (p.unsqueeze(-1) "
+                                 "* p works only for one row); a reduction needs keepdim=True",
                   atol=1e-12, rtol=1e-10)
 
 
@@ -202,15 +212,20 @@ def _temperature_limit_cases(seed: int = 5):
     yield {"z": torch.tensor([[1.0, float("-inf"), 0.0, 0.5]], dtype=torch.float64), "T": math.inf}  # removed token
     # maxima 1e-9 apart are not tied: the limit is one-hot, though softmax(z / 1e-6) is still near (0.5, 0.5)
     yield {"z": torch.tensor([[1.0, 1.0 - 1e-9, 0.0]], dtype=torch.float64), "T": 0.0}
+    # no finite float64 t reaches these limits: the gap 5e-324 (the smallest double) divided by any t >= 5e-324 is
+    # at most 1, so softmax(z / t) is never one-hot; the gap 3e308 divided by any t <= 1.8e308 is more than 1, so
+    # softmax(z / t) is never (1/2, 1/2)
+    yield {"z": torch.tensor([0.0, 5e-324], dtype=torch.float64), "T": 0.0}
+    yield {"z": torch.tensor([1.5e308, -1.5e308], dtype=torch.float64), "T": math.inf}
 
 
 def _near_limit(case, got, expected) -> bool:
-    """The answer is softmax(z / t) at a finite t (a power of 10 from 1e-12 to 1e12), not the limit."""
+    """The answer is softmax(z / t) at a finite t (a power of 10 from 1e-300 to 1e300), not the limit."""
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape or not got.is_floating_point():
         return False
     got = got.detach().double()
     with torch.no_grad():
-        for k in range(-12, 13):
+        for k in range(-300, 301):
             value = _softmax(case["z"] / 10.0**k, dim=-1)
             if torch.allclose(got, value, rtol=1e-9, atol=1e-12) and not torch.allclose(expected, value, rtol=1e-12,
                                                                                       atol=1e-12):
@@ -218,11 +233,29 @@ def _near_limit(case, got, expected) -> bool:
     return False
 
 
+def _beyond_finite_t(case, got, expected) -> bool:
+    """The failing case is one whose limit no finite float64 t reaches (a gap of 5e-324, or logits of ±1.5e308)."""
+    z = case["z"]
+    return bool((z.isfinite() & (z.abs() > 1e300)).any() or ((z != 0) & (z.abs() < 1e-300)).any())
+
+
+def _limit_with_ties_by(equal, z, T):
+    """The limit with tied maxima found by ``equal(z, z_max)`` (a tolerance, say) instead of ==."""
+    if T != 0:
+        return _temperature_limit_reference(z, T)
+    keep = equal(z, z.amax(dim=-1, keepdim=True)).to(z.dtype)
+    return keep / keep.sum(dim=-1, keepdim=True)
+
+
 def _one_hot_argmax(z, T):
     return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).to(z.dtype)
 
 
 _TEMPERATURE_MISTAKES: list[Mistake] = [
+    (_beyond_finite_t, "no finite t reaches the limit here: a gap of 5e-324 divided by any t >= 5e-324 is at most 1, "
+                       "and a gap of 3e308 divided by any finite t is more than 1; compute the limit exactly, by "
+                       "comparing each logit with the row maximum (T -> 0, ties exactly equal) or with -inf "
+                       "(T -> inf), not by evaluating softmax(z / t)"),
     (_like(lambda z, T: _one_hot_argmax(z, T) if T == 0 else _temperature_limit_reference(z, T)),
      "tied maxima share the mass equally, 1/k each: argmax picks only the first of them"),
     (_like(lambda z, T: _temperature_limit_reference(z, math.inf if T == 0 else 0.0)),
@@ -231,6 +264,8 @@ _TEMPERATURE_MISTAKES: list[Mistake] = [
     (_like(lambda z, T: torch.full_like(z, 1 / z.shape[-1]) if T != 0 else _temperature_limit_reference(z, T)),
      "a token with logit -inf has probability 0 at every temperature (-inf / T = -inf): the limit is uniform over "
      "the tokens with a finite logit"),
+    (_like(lambda z, T: _limit_with_ties_by(torch.isclose, z, T)),
+     "logits 1e-9 apart are not tied: a tolerance (isclose) merges them; compare with the row maximum exactly (==)"),
     (_near_limit, "that is softmax at a finite T, not its limit: the limit is exact (1/k on the k tied maxima as "
                   "T -> 0, 1/(number of finite logits) as T -> inf); two logits 1e-9 apart are not tied"),
     _FLOAT32_HINT,
@@ -330,6 +365,10 @@ _SEQ_MISTAKES: list[Mistake] = [
      "sum over the positions t, do not average"),
     (_like(lambda logits, tokens: _picked(log_softmax(logits[..., :-1, :], dim=-1), tokens[..., 1:]).sum(-1)),
      "the inputs are already aligned: logits[..., t, :] scores tokens[..., t], no shift"),
+    (lambda case, got, expected: isinstance(got, torch.Tensor) and bool(torch.isinf(got).any())
+     and bool(torch.isinf(torch.exp(case["logits"])).any()),
+     "exp(z) overflows for these logits, so log Σ exp(z) = log(inf) = inf and the log-probability comes out -inf: "
+     "shift by the max first, i.e. use logsumexp (or log_softmax)"),
     (lambda case, got, expected: isinstance(got, torch.Tensor) and bool(torch.isinf(got).any()),
      "log(softmax(z)) is -inf when a probability rounds to 0; use z - logsumexp(z), i.e. log_softmax"),
     (_has_nan, "exp(z) overflows for logits near 1000: use log_softmax (z - logsumexp(z)), which shifts by the max"),
