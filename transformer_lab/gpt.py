@@ -36,7 +36,8 @@ POSITIONS = ("learned", "sinusoidal", "rope")
 @dataclass(frozen=True)
 class GPTConfig:
     """The shape of a GPT. Defaults: the shape of nanoGPT's published CPU recipe for character-level Shakespeare,
-    except that by default every linear layer and LayerNorm has a bias (``bias=True``; nanoGPT's default is none)."""
+    except that by default every linear layer and LayerNorm has a bias (``bias=True``; nanoGPT's ``train.py``, and so
+    that recipe, uses none)."""
 
     vocab_size: int = 64  # V: distinct tokens (characters); set it from the tokenizer
     block_size: int = 64  # T_max: the longest context the model attends over
