@@ -129,6 +129,12 @@ def test_worst_step_is_slow_only_through_the_bias_correction():
     assert ch3.worst_history_step(300, growing=300) == ch3.worst_history_step(300)
 
 
+def test_descent_lemma_bound_prints_the_loss_as_script_L_of_x():
+    """The loss at x prints as 𝓛(x), not as a symbol L_x beside the Lipschitz constant L."""
+    latex = sp.latex(ch3.descent_lemma()["bound"])
+    assert r"\mathcal{L}(x)" in latex and "L_{x}" not in latex, latex
+
+
 def test_descent_lemma_best_step_is_one_over_L():
     dl = ch3.descent_lemma()
     assert dl["best"] == [1 / dl["L"]] and sp.simplify(dl["curvature"] + dl["L"] * dl["G"]) == 0

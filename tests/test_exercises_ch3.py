@@ -148,6 +148,17 @@ def adam_decay_without_lr(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, 
     return new, m, v  # θ(1 − λ) in place of θ(1 − ηλ)
 
 
+def adam_ignores_weight_decay(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    return adam_step(param, grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+
+
+def adam_kingma_ba_efficient(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
+    b1, b2 = betas  # Algorithm 1's "efficient" order: ε added to √v, not to √v̂ (differs by about 1e-8 here)
+    m, v = b1 * exp_avg + (1 - b1) * grad, b2 * exp_avg_sq + (1 - b2) * grad**2
+    step_size = lr * math.sqrt(1 - b2**step) / (1 - b1**step)
+    return param * (1 - lr * weight_decay) - step_size * m / (v.sqrt() + eps), m, v
+
+
 def lr_cosine_past_total(step, max_lr, min_lr, warmup, total):  # no floor after total: the cosine climbs back
     if step < warmup:
         return max_lr * (step + 1) / warmup
@@ -231,6 +242,14 @@ def hb_no_momentum(A, theta0, lr, beta, steps):
     return gradient_descent(A, theta0, lr, steps)
 
 
+def hb_scaled_gradient(A, theta0, lr, beta, steps):  # v ← β(v + g)
+    thetas, v = [theta0], torch.zeros_like(theta0)
+    for _ in range(steps):
+        v = beta * (v + A @ thetas[-1])
+        thetas.append(thetas[-1] - lr * v)
+    return torch.stack(thetas)
+
+
 def hb_without_start(A, theta0, lr, beta, steps):
     return heavy_ball(A, theta0, lr, beta, steps)[1:]
 
@@ -311,7 +330,9 @@ CATALOGUE = {
                   (adam_correct_m_only, ["differs", "correct v too", "31.6η"]),
                   (adam_float32, ["differs", "single precision"]),
                   (adam_returns_corrected_state, ["output[1] differs", "not the bias-corrected m̂, v̂"]),
-                  (adam_decay_without_lr, ["output[0] differs", "θ(1 − ηλ)", "not θ(1 − λ)"])],
+                  (adam_decay_without_lr, ["output[0] differs", "θ(1 − ηλ)", "not θ(1 − λ)"]),
+                  (adam_ignores_weight_decay, ["output[0] differs", "weight_decay is ignored"]),
+                  (adam_kingma_ba_efficient, ["output[0] differs", "Kingma and Ba", "adds ε to √v, not to √v̂"])],
         "right": [adam_pytorch_form, adam_numpy],
     },
     "warmup_cosine_lr": {
@@ -343,14 +364,15 @@ CATALOGUE = {
                   (hb_nesterov, ["differs", "Nesterov"]),
                   (hb_no_momentum, ["differs", "plain gradient descent"]),
                   (hb_without_start, ["has shape (30, 2), expected (31, 2)"]),
-                  (hb_in_place, ["differs", "changed it in place"])],
+                  (hb_in_place, ["differs", "changed it in place"]),
+                  (hb_scaled_gradient, ["differs", "not β(v + g)"])],
         "right": [hb_two_step, hb_companion],
     },
     "inverted_dropout": {
         "wrong": [(lambda x, keep, p: x * keep, ["differs", "expected", "1/(1 − p)"]),  # forgot 1/(1 − p)
                   (lambda x, keep, p: x * keep / p, ["differs", "not by p"]),
                   (lambda x, keep, p: x * ~keep / (1 - p), ["differs", "survive"]),
-                  (lambda x, keep, p: x * keep * (1 - p), ["differs", "worst at"]),
+                  (lambda x, keep, p: x * keep * (1 - p), ["differs", "worst at", "scaling at test time"]),
                   (lambda x, keep, p: keep.to(x.dtype) / (1 - p), ["differs"])],
         "right": [lambda x, keep, p: x * keep.to(x.dtype) / (1 - p),
                   lambda x, keep, p: x.masked_fill(~keep, 0.0) / (1 - p)],

@@ -230,6 +230,20 @@ def test_schedule_zero_warmup_starts_at_peak_and_apply_sets_groups():
     assert [g["lr"] for g in opt.param_groups] == [lr, lr]
 
 
+def test_zero_learning_rate_during_training_leaves_the_parameter_but_advances_the_state():
+    """Refused at construction, accepted from a schedule: η = 0 leaves θ (decay included) and advances m, v, t,
+    so a warm-up ramp from 0 would waste step 0 (the chapter says so)."""
+    p = nn.Parameter(torch.ones(3, dtype=torch.float64))
+    opt = AdamW([p], lr=1e-3, weight_decay=0.1)
+    opt.param_groups[0]["lr"] = 0.0
+    p.grad = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    opt.step()
+    assert torch.equal(p.detach(), torch.ones(3, dtype=torch.float64))
+    assert opt.state[p]["step"] == 1
+    assert torch.allclose(opt.state[p]["exp_avg"], (1 - 0.9) * p.grad, rtol=1e-15, atol=0)
+    assert opt.state[p]["exp_avg_sq"].abs().min() > 0
+
+
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize(("kwargs", "match"), [
     (dict(lr=0.0), "learning rate"), (dict(lr=-1e-3), "learning rate"), (dict(lr=math.nan), "learning rate"),

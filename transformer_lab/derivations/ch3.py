@@ -119,7 +119,8 @@ def descent_lemma() -> dict[str, sp.Expr]:
     being ∫₀¹ (∇L(x + τd) − ∇L(x))ᵀd dτ ≤ ∫₀¹ Lτ‖d‖² dτ; at y = x − η∇L(x) the bound is
     L(x) − η(1 − Lη/2)‖∇L(x)‖², a decrease for every 0 < η < 2/L, largest at η = 1/L (``best``: the root of its
     η-derivative; ``curvature`` = −LG < 0, so a maximum)."""
-    lip, tau, d, grad_sq, loss = sp.symbols("L tau d G L_x", positive=True)  # d = ‖y − x‖, G = ‖∇L(x)‖²
+    lip, tau, d, grad_sq = sp.symbols("L tau d G", positive=True)  # d = ‖y − x‖, G = ‖∇L(x)‖²
+    loss = sp.Symbol(r"\mathcal{L}(x)", positive=True)  # the loss at x, printed as such (L is the constant)
     remainder = sp.integrate(lip * tau * d**2, (tau, 0, 1))  # ≤ this
     bound = loss - eta * grad_sq + remainder.subs(d, eta * sp.sqrt(grad_sq))  # ∇Lᵀ(y − x) = −η G, ‖y − x‖ = η√G
     decrease = sp.factor(sp.expand(loss - bound))

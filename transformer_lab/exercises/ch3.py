@@ -94,10 +94,11 @@ def check_adam_step(fn) -> CheckResult:
 
 
 def _adam_variant(*, correct="mv", coupled=False, decay_last=False, eps_inside=False, shift=0, hat_state=False,
-                  decay_without_lr=False):
+                  decay_without_lr=False, no_decay=False, eps_on_raw_v=False):
     def step_fn(param, grad, exp_avg, exp_avg_sq, step, *, lr, betas, eps, weight_decay):
         b1, b2 = betas
         step = step + shift  # shift ≠ 0: the bias-correction exponent off by one
+        weight_decay = 0.0 if no_decay else weight_decay
         if coupled:  # Adam + L2: the decay goes through the moments
             grad = grad + weight_decay * param
         shrink = 1 - (1 if decay_without_lr else lr) * weight_decay
@@ -107,6 +108,8 @@ def _adam_variant(*, correct="mv", coupled=False, decay_last=False, eps_inside=F
         v_hat = v / (1 - b2**step) if "v" in correct else v
         denom = (v_hat + eps).sqrt() if eps_inside else v_hat.sqrt() + eps
         new = decayed - lr * m_hat / denom
+        if eps_on_raw_v:  # Kingma–Ba's "efficient" form: η√(1 − β₂ᵗ)/(1 − β₁ᵗ) · m/(√v + ε)
+            new = decayed - lr * math.sqrt(1 - b2**step) / (1 - b1**step) * m / (v.sqrt() + eps)
         new = new * (1 - lr * weight_decay) if decay_last else new
         return (new, m_hat, v_hat) if hat_state else (new, m, v)
     return step_fn
@@ -127,6 +130,9 @@ _ADAM_HINTS = [
                                     "bias-corrected m̂, v̂"),
     (_adam_variant(decay_without_lr=True), "the decoupled decay is θ(1 − ηλ): λ is multiplied by the learning rate, "
                                            "not θ(1 − λ)"),
+    (_adam_variant(no_decay=True), "weight_decay is ignored: AdamW first shrinks the parameter, θ ← θ(1 − ηλ)"),
+    (_adam_variant(eps_on_raw_v=True), "that is Kingma and Ba's \"efficient\" form, η√(1 − β₂ᵗ)/(1 − β₁ᵗ)·m/(√v + ε), "
+                                       "which adds ε to √v, not to √v̂; here, as in PyTorch, ε is added to √v̂"),
 ]
 
 
@@ -237,13 +243,13 @@ def _ref_heavy_ball(A, theta0, lr, beta, steps):
     return torch.stack(out)
 
 
-def _heavy_ball_variant(*, ema=False, stale=False, nesterov=False):
+def _heavy_ball_variant(*, ema=False, stale=False, nesterov=False, scaled=False):
     def run(A, theta0, lr, beta, steps):
         out, v = [theta0], torch.zeros_like(theta0)
         for _ in range(steps):
             theta = out[-1]
             g = A @ (theta - lr * beta * v) if nesterov else A @ theta
-            new_v = beta * v + (1 - beta) * g if ema else beta * v + g
+            new_v = beta * v + (1 - beta) * g if ema else beta * (v + g) if scaled else beta * v + g
             out.append(theta - lr * (v if stale else new_v))
             v = new_v
         return torch.stack(out)
@@ -267,6 +273,7 @@ def check_heavy_ball(fn) -> CheckResult:
              (_heavy_ball_variant(stale=True), "update v first, then step with the new v: θ ← θ − η(βv + g)"),
              (_heavy_ball_variant(nesterov=True), "that is Nesterov's momentum (gradient at the look-ahead point); "
                                                   "heavy ball takes the gradient at θ_k"),
+             (_heavy_ball_variant(scaled=True), "the new gradient enters unscaled: v ← βv + g, not β(v + g)"),
              (_ref_gradient_descent_beta, "β is ignored: that is plain gradient descent"),
              (lambda A, theta0, lr, beta, steps: _aliased(_ref_heavy_ball(A, theta0, lr, beta, steps + 1), skip=1),
               _ALIAS_HINT),
@@ -294,7 +301,10 @@ def check_inverted_dropout(fn) -> CheckResult:
     tol = dict(atol=1e-12, rtol=1e-12)
     hints = [(lambda x, keep, p: x * keep, "scale the kept entries by 1/(1 − p), so that E[output] = x"),
              (lambda x, keep, p: x * keep / p, "divide by the probability of keeping, 1 − p, not by p"),
-             (lambda x, keep, p: x * ~keep / (1 - p), "keep = True marks the entries that survive")]
+             (lambda x, keep, p: x * ~keep / (1 - p), "keep = True marks the entries that survive"),
+             (lambda x, keep, p: x * keep * (1 - p), "multiplying by 1 − p is the original dropout's scaling at test "
+                                                     "time; inverted dropout divides the kept entries by 1 − p "
+                                                     "during training instead")]
     return _check("inverted_dropout", fn, _ref_inverted_dropout, cases, hints, **tol)
 
 
