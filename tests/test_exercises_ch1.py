@@ -3,6 +3,7 @@ the typical wrong answers (CATALOGUE) with a message that says what differs."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,6 +91,18 @@ def _attention_naive_exp(query, key, value, mask=None):  # the softmax written a
     return e / e.sum(-1, keepdim=True) @ value
 
 
+def _attention_mask_backwards(query, key, value, mask=None):  # nn.MultiheadAttention's convention: True = blocked
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask, -math.inf)
+    return torch.softmax(s, dim=-1) @ value
+
+
+def _numpy_unscaled_by_hand():  # forgot 1/√d_k, computed in NumPy
+    A, O = _by_hand_with(scale=1.0)
+    return A.numpy(), O.numpy()
+
+
 CATALOGUE = {
     "attention_by_hand": {
         "wrong": [
@@ -100,6 +113,11 @@ CATALOGUE = {
             (lambda: _by_hand_with()[1], ["should be a tuple", "got Tensor"]),  # returned O only
             (lambda: _by_hand_with()[::-1], ["shape (2, 2), expected (2, 3)"]),  # (O, A) instead of (A, O)
             (lambda x: _by_hand_with(), ["should take 0 argument(s)"]),  # a parameter the exercise does not give
+            (lambda: ([[0.4011, 0.1978, 0.4011], [0.1956, 0.8044]], [[1.2033, 1.0], [0.1956, 0.8044]]),
+             ["A must be 2 x 3 and O 2 x 2", "A[1][2] as 0"]),  # row 2 of A with its two visible keys only
+            (lambda: ([[0.4011, 0.1978, 0.4011], [0.1956, 0.8044, None]], [[1.2033, 1.0], [0.1956, 0.8044]]),
+             ["A must be 2 x 3 and O 2 x 2", "A[1][2] as 0"]),  # None for the masked weight
+            (_numpy_unscaled_by_hand, ["differs", "√d_k = √2"]),  # NumPy arrays get the hints too
         ],
         "right": [attention_by_hand, _sdpa_by_hand, _lists_by_hand],
     },
@@ -115,14 +133,15 @@ CATALOGUE = {
             (lambda query, key, value: attention(query, key, value),  # no mask parameter at all
              ["should take 4 argument(s), in this order: (query, key, value, mask=None)"]),
             (lambda query, key, value, mask=None: attention(query, key, value, None if mask is None else ~mask),
-             ["case 3"]),  # True read as "blocked"
+             ["case 3", "True in the mask means *may attend*", "~mask"]),  # True read as "blocked"
+            (_attention_mask_backwards, ["case 3", "NaN", "*may attend*", "0/0"]),  # masked_fill(mask, -inf)
             (lambda query, key, value, mask=None: torch.softmax(
                 query @ key.transpose(-2, -1) / key.shape[-2] ** 0.5, -1) @ value,
              ["differs in", "case 1"]),  # scaled by √T_k instead of √d_k
             (lambda query, key, value, mask=None: torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(
                 query.shape[-1]) * (1 if mask is None else mask), -1) @ value,
              ["case 3"]),  # multiplied the scores by the mask (masked score 0, not -inf)
-            (_attention_naive_exp, ["case 6", "NaN", "subtract each row's maximum"]),  # e^S / Σ e^S overflows
+            (_attention_naive_exp, ["case 6", "NaN", "overflows", "subtract each row's maximum"]),  # e^S / Σ e^S
             (lambda query, key, value, mask=None: attention(query.float(), key.float(), value.float(), mask),
              ["differs", "case 1", "torch.float32", "compute in the inputs' dtype, float64"]),  # right, in float32
         ],
@@ -156,6 +175,8 @@ CATALOGUE = {
             (lambda key, target: key @ torch.linalg.inv(key.T @ key) @ key.T @ target,
              ["case 4", "T_k < d_k"]),  # the normal equations, singular when T_k < d_k
             (lambda key, target: target - key @ (torch.linalg.pinv(key) @ target), ["differs"]),  # the residual
+            (lambda key, target: key.float() @ (torch.linalg.pinv(key.float()) @ target.float()),
+             ["differs", "torch.float32", "compute in the inputs' dtype, float64"]),  # right, in float32
         ],
         "right": [lambda K, s: K @ torch.linalg.lstsq(K, s.unsqueeze(-1)).solution.squeeze(-1),
                   lambda K, s: torch.linalg.qr(K)[0] @ (torch.linalg.qr(K)[0].T @ s),
@@ -185,6 +206,13 @@ CATALOGUE = {
              ["shape"]),  # multiplies by the wrong matrix
             (lambda idx, weight: F.one_hot(idx, weight.shape[0]) @ weight,
              ["raised RuntimeError", "case 1"]),  # an integer one-hot times a float matrix
+            (lambda idx, weight: F.one_hot(idx, weight.shape[0]).float() @ weight,
+             ["raised RuntimeError", "same dtype", ".to(weight.dtype)"]),  # float32 one-hot times float64
+            (lambda idx, weight: F.one_hot(idx).to(weight.dtype) @ weight,
+             ["raised RuntimeError", "num_classes=weight.shape[0]"]),  # V left to max(idx) + 1
+            (lambda idx, weight: F.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight.detach(),
+             ["values are right", "grad_fn is None", "do not detach"]),  # autograd cannot see the product
+            (lambda idx, weight: weight.detach()[idx], ["grad_fn is None", "do not detach"]),  # nor a lookup
             (lambda idx, weight: weight.T[idx.clamp_max(weight.shape[1] - 1)], ["case 1"]),  # indexes columns
             (lambda idx, weight: weight[idx], ["values are right", "IndexBackward0", "F.one_hot"]),  # not a product
             (lambda idx, weight: F.embedding(idx, weight), ["values are right", "EmbeddingBackward0"]),  # nor this
@@ -200,6 +228,7 @@ CATALOGUE = {
                   lambda idx, weight: torch.einsum("...v,vc->...c", F.one_hot(idx, len(weight)).double(), weight),
                   lambda idx, E: (F.one_hot(idx, len(E)).to(E.dtype).unsqueeze(-1) * E).sum(-2),  # Σ_v e_v E_v
                   lambda idx, E: torch.eye(len(E), dtype=E.dtype)[idx] @ E,  # one-hot rows read off I
+                  lambda idx, E: np.eye(len(E))[idx.numpy()] @ E.detach().numpy(),  # NumPy: values only
                   lambda idx, E: torch.sparse.mm(F.one_hot(idx.reshape(-1), len(E)).to(E.dtype).to_sparse(),
                                                  E).reshape(*idx.shape, -1)],  # a sparse one-hot matrix product
     },

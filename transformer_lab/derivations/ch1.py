@@ -1,7 +1,9 @@
 """Chapter 1 (linear algebra): attention, heads and embeddings on small symbolic matrices.
 
-The functions build SymPy matrices on symbols, except :func:`attention_function` and
-:func:`attention_gradient_function` (NumPy callables lambdified from them) and :func:`check`, which returns floats:
+Most functions build SymPy matrices on symbols. The exceptions: :func:`split_permutation` builds a 0/1 permutation
+matrix for given sizes; :func:`rank_of_scores` also returns the rank of one random integer instance;
+:func:`attention_function` and :func:`attention_gradient_function` are NumPy callables lambdified from the symbolic
+matrices; and :func:`check` returns floats:
 on one random float64 instance, the largest disagreement with ``transformer_lab.attention`` and the PyTorch
 reference (values, and the gradients of attention). :func:`multihead_sum_identity` proves the sum over heads on
 general symbols, for the sizes it is given (T, C, n_head), not for every size.
@@ -42,8 +44,8 @@ def attention_steps(T_q: int = 2, T_k: int = 3, d_k: int = 2, d_v: int = 2, mask
     """Attention on symbolic Q (T_q × d_k), K (T_k × d_k), V (T_k × d_v), one step at a time.
 
     Returns ``{"Q", "K", "V", "S", "E", "A", "O"}``: scores ``S = Q Kᵀ / √d_k``, their exponentials ``E`` (0 where
-    ``mask[i][j]`` is False), weights ``A_ij = E_ij / Σ_j E_ij`` and output ``O = A V``, the matrices the code
-    computes.
+    ``mask[i][j]`` is False), weights ``A_ij = E_ij / Σ_j E_ij`` and output ``O = A V``, in the order of
+    ``transformer_lab.attention.attention_formula``.
     """
     Q, K, V = symbolic_matrix("q", T_q, d_k), symbolic_matrix("k", T_k, d_k), symbolic_matrix("v", T_k, d_v)
     S = (Q * K.T) / sp.sqrt(d_k)

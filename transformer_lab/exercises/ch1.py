@@ -1,15 +1,17 @@
-"""Chapter 1 exercises (linear algebra): a 2 × 3 attention by hand, attention in code, head splitting, embeddings
-as one-hot products.
+"""Chapter 1 exercises (linear algebra).
 
-Each ``check_<name>(fn)`` compares a student's function with ours on random float64 inputs (masked rows, batches
-and length-1 sequences included) and returns a :class:`~transformer_lab.exercises.CheckResult` saying what
-differs.
+Six exercises: a 2 × 3 attention by hand, attention in code, head splitting, embeddings as one-hot products, the
+closest reachable score row, and the superposition gaps of a function. Each ``check_<name>(fn)`` compares a
+student's function with ours on fixed inputs (random float64 ones, with masks, batches and length-1 sequences) and
+returns a :class:`~transformer_lab.exercises.CheckResult` saying what differs, with a hint for typical slips.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 
+import numpy as np
 import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
@@ -37,7 +39,7 @@ def _by_hand_reference():
 
 def _by_hand_hint(weights) -> str:
     """A hint for the typical slips, read off the student's weights A (2, 3)."""
-    if not isinstance(weights, torch.Tensor) or weights.shape != (2, 3):
+    if not isinstance(weights, torch.Tensor) or weights.shape != (2, 3) or not weights.is_floating_point():
         return ""
     if not torch.allclose(weights.sum(-1), torch.ones(2, dtype=weights.dtype), atol=1e-6):
         return " Hint: each row of A is a softmax over the keys, so it must sum to 1."
@@ -49,9 +51,17 @@ def _by_hand_hint(weights) -> str:
     return ""
 
 
+_RAGGED = ("A must be 2 x 3 and O 2 x 2, as rectangular lists, arrays or tensors of numbers; write the masked weight"
+           " A[1][2] as 0")
+
+
 def _by_hand_compare(got, expected) -> str | None:
     if isinstance(got, tuple | list) and len(got) == 2:
-        got = tuple(torch.as_tensor(g, dtype=torch.float64) if isinstance(g, list | tuple) else g for g in got)
+        try:  # nested lists and NumPy arrays become tensors, so that the hints below can read them
+            got = tuple(torch.as_tensor(g, dtype=torch.float64) if isinstance(g, list | tuple | np.ndarray) else g
+                        for g in got)
+        except (TypeError, ValueError):  # a ragged row (the masked weight left out) or None in place of a number
+            return f"{_RAGGED}."
     msg = describe_difference(got, expected, atol=1e-4, rtol=0.0, what="(A, O)")
     return None if msg is None else msg + _by_hand_hint(got[0] if isinstance(got, tuple) and got else None)
 
@@ -88,14 +98,43 @@ def _float32_hint(got) -> str:
     return ""
 
 
-def _attention_compare(got, expected) -> str | None:
+_MASK_HINT = (". Hint: True in the mask means *may attend*, so fill the scores where ~mask with -inf"
+              " (masked_fill(~mask, -inf)); read the other way round, a row with every key masked gives 0/0 = NaN")
+
+
+def _reversed_mask(got, case) -> bool:
+    """Whether ``got`` is attention with the case's mask read backwards (True = blocked), as
+    ``nn.MultiheadAttention``'s boolean masks are: equal to ours with ``~mask`` wherever it is finite, and
+    non-finite only in rows that ``~mask`` blocks entirely (0/0)."""
+    mask = case.get("mask")
+    if mask is None:
+        return False
+    flipped = _attention_reference(case["query"], case["key"], case["value"], ~mask)
+    if flipped.shape != got.shape:
+        return False
+    all_blocked = (~(~mask).any(-1)).unsqueeze(-1).expand(got.shape)  # (…, T_q, d_v): every key masked for this row
+    finite = got.isfinite()
+    return bool((finite | all_blocked).all()) and torch.allclose(got.to(flipped.dtype).where(finite, flipped),
+                                                                 flipped, rtol=1e-6, atol=1e-8)
+
+
+def _attention_compare(got, expected, case) -> str | None:
+    """The difference, with a hint: the mask read backwards, e^S overflowing (only when the case's scores are
+    large enough for the answer's dtype), or a float32 result."""
     msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
-    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape and bool(got.isfinite().all()):
-        msg += _float32_hint(got)
-    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape and not bool(got.isfinite().all()):
-        msg += (". Hint: with scores of order 10³, e^S overflows to inf and inf / inf = NaN: subtract each row's"
-                " maximum score before exponentiating (chapter 2's stable softmax), or use torch.softmax.")
-    return msg
+    if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape or not got.is_floating_point():
+        return msg
+    if _reversed_mask(got, case):
+        return msg + _MASK_HINT
+    if bool(got.isfinite().all()):
+        return msg + _float32_hint(got)
+    scores = case["query"] @ case["key"].transpose(-2, -1) / math.sqrt(case["query"].shape[-1])
+    if float(scores.abs().max()) > math.log(torch.finfo(got.dtype).max):  # e^S is inf in the answer's dtype
+        return msg + (f". Hint: these scores reach {float(scores.abs().max()):.0f}, so e^S overflows to inf and"
+                      " inf / inf = NaN: subtract each row's maximum score before exponentiating (chapter 2's"
+                      " stable softmax), or use torch.softmax.")
+    return msg + (". Hint: no score here is large enough to overflow e^S, so the NaN or inf comes from elsewhere: a"
+                  " row with every key masked (0/0), or a division by zero")
 
 
 def check_attention(fn) -> CheckResult:
@@ -107,7 +146,16 @@ def check_attention(fn) -> CheckResult:
                                                "in this order: (query, key, value, mask=None)")
     except ValueError:
         pass
-    return check_function("attention", fn, _attention_reference, _attention_cases(), compare=_attention_compare)
+    current: dict = {}
+
+    def cases():  # remember the case being compared: the hints read its scores and mask
+        for case in _attention_cases():
+            current.clear()
+            current.update(case)
+            yield case
+
+    return check_function("attention", fn, _attention_reference, cases(),
+                          compare=lambda got, expected: _attention_compare(got, expected, current))
 
 
 def _split_reference(x, n_head):
@@ -170,8 +218,12 @@ def _is_product(fn) -> str | None:
         out = fn(torch.tensor([[0, 4], [2, 2]]), weight)
     except Exception:  # it passed on the cases without gradients: judge the values alone
         return None
-    if not isinstance(out, torch.Tensor) or out.grad_fn is None:
-        return None  # not computed through autograd (e.g. in NumPy): only the values can be checked
+    if not isinstance(out, torch.Tensor):
+        return None  # not a tensor (e.g. a NumPy array): only the values can be checked
+    if out.grad_fn is None:
+        return ("the values are right, but the result carries no gradient (grad_fn is None) although weight requires"
+                " one, so autograd cannot see a product. Hint: do not detach weight (no .detach(), .numpy() or"
+                " torch.no_grad()): the gradient of the embedding is the reason to write it as a product.")
     names = _graph_nodes(out)
     if any(n.startswith(_LOOKUPS) for n in names) or not any(n.startswith(_PRODUCTS) for n in names):
         lookups = ", ".join(sorted(n for n in names if n.startswith(_LOOKUPS)))
@@ -182,12 +234,22 @@ def _is_product(fn) -> str | None:
     return None
 
 
+_EMBED_ERRORS = {  # a fragment of PyTorch's error -> the hint for the slip behind it
+    "same dtype": " Hint: F.one_hot returns integers (int64), and @ needs both factors in one dtype: convert the"
+                  " one-hot matrix with .to(weight.dtype).",
+    "shapes cannot be multiplied": " Hint: F.one_hot(idx) alone has max(idx) + 1 columns; the product needs V ="
+                                   " weight.shape[0] of them: F.one_hot(idx, num_classes=weight.shape[0]).",
+}
+
+
 def check_one_hot_embed(fn) -> CheckResult:
     """``one_hot_embed(idx, weight)``: one_hot(idx) @ weight, idx (...) int, weight (V, C) -> (..., C); the values,
-    and that autograd saw a product (not ``weight[idx]``) when the function is written in torch."""
+    and, for a torch result, that autograd saw a product (not ``weight[idx]``, nor a detached weight)."""
     result = check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), compare=_embed_compare)
     if not result.passed:
-        return result
+        hint = next((h for fragment, h in _EMBED_ERRORS.items()
+                     if result.message.startswith("raised") and fragment in result.message), "")
+        return CheckResult("one_hot_embed", False, result.message + hint) if hint else result
     why = _is_product(fn)
     return result if why is None else CheckResult("one_hot_embed", False, why)
 
@@ -206,6 +268,8 @@ def _closest_cases(seed: int = 3):
 
 def _closest_compare(got, expected) -> str | None:
     msg = describe_difference(got, expected, atol=1e-8, rtol=1e-8)
+    if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape and _float32_hint(got):
+        return msg + _float32_hint(got)
     if msg and isinstance(got, torch.Tensor) and got.shape == expected.shape:
         msg += (" Hint: the answer is K q for the q that minimises |K q - s|, i.e. the orthogonal projection of s on"
                 " the span of the columns of K (least squares, or K K⁺ s; K (KᵀK)⁻¹ Kᵀ s needs KᵀK invertible, which"
@@ -234,7 +298,7 @@ def _gaps_cases(seed: int = 4):
     yield {"f": gelu, "x": randn(gen, 3, 6), "y": randn(gen, 3, 6)}
     yield {"f": layer_norm, "x": randn(gen, 2, 6), "y": randn(gen, 2, 6)}
     yield {"f": lambda t: t @ W, "x": randn(gen, 4, 6), "y": randn(gen, 4, 6)}  # linear: both gaps ≈ 0
-    yield {"f": torch.tanh, "x": -randn(gen, 5, 6).abs(), "y": -randn(gen, 5, 6).abs()}  # negative gaps dominate
+    yield {"f": torch.tanh, "x": -randn(gen, 5, 6).abs(), "y": -randn(gen, 5, 6).abs()}  # x, y < 0: signed gaps all > 0
 
 
 def _gaps_compare(got, expected) -> str | None:
