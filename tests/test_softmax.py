@@ -182,7 +182,7 @@ def test_lm_head():
 
 
 @pytest.mark.parametrize(("fn", "arg", "match"), [
-    (softmax, torch.tensor([1, 2]), r"floating-point"),
+    (softmax, torch.tensor([1, 2]), r"floating-point tensor \(float16, bfloat16, float32 or float64\)"),
     (log_softmax, torch.tensor(1.0), r"at least one dimension"),
     (softmax, [1.0, 2.0], r"torch.Tensor"),
     (softmax_jacobian, torch.tensor([1, 2]), r"floating-point"),
@@ -190,6 +190,13 @@ def test_lm_head():
 def test_bad_input(fn, arg, match):
     with pytest.raises(ValueError, match=match):
         fn(arg)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_every_dtype_the_error_message_names_is_accepted(dtype):
+    """The error for an integer tensor lists float16 and bfloat16 (the review: it said float32 or float64 only)."""
+    z = torch.tensor([[1.0, 2.0, 3.0]], dtype=dtype)
+    torch.testing.assert_close(softmax(z).double(), F.softmax(z.double(), -1), atol=1e-2, rtol=1e-2)
 
 
 def test_bad_dim():

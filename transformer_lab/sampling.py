@@ -2,8 +2,9 @@
 
 Given logits ``z`` (..., V), :func:`filter_logits` applies, in this order,
 
-* temperature ``T > 0``:   z ← (z - max z) / T      (T → 0: argmax, tied maxima sharing; T → ∞: uniform; the
-                                                    shift changes no probability and keeps z / T finite)
+* temperature ``T > 0``:   z ← (z - max z) / T      (T → 0: argmax, tied maxima sharing; T → ∞: uniform over
+                                                    the finite logits; the shift changes no probability and
+                                                    keeps z / T finite)
 * top-k:                   keep the k largest z_i   (ties with the k-th are kept, so more than k may survive)
 * top-p (nucleus):         keep the smallest set of most probable tokens whose probability reaches p, the
                            probabilities being softmax of what temperature and top-k left (renormalised)

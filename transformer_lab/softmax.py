@@ -26,7 +26,8 @@ def _check_float(x: torch.Tensor, name: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor (float32 or float64), got {x.dtype}")
+        raise ValueError(f"{name} must be a floating-point tensor (float16, bfloat16, float32 or float64), "
+                         f"got {x.dtype}")
     if x.dim() == 0:
         raise ValueError(f"{name} must have at least one dimension (..., n), got a scalar")
 
