@@ -275,8 +275,8 @@ def test_mha_dropout_only_in_training():
 
 @pytest.mark.parametrize(("args", "match"), [
     ((10, 3), r"d_model % n_head must be 0"),
-    ((0, 1), r"positive ints"),
-    ((8, -2), r"positive ints"),
+    ((0, 1), r"d_model must be a positive int"),
+    ((8, -2), r"n_head must be a positive int"),
 ])
 def test_mha_bad_construction(args, match):
     with pytest.raises(ValueError, match=match):

@@ -88,7 +88,7 @@ def test_bad_input():
         MLP(6, approximate="erf")
     with pytest.raises(ValueError, match="dropout"):
         MLP(6, dropout=1.0)
-    with pytest.raises(ValueError, match="positive ints"):
+    with pytest.raises(ValueError, match="must be a positive int"):
         MLP(0)
 
 

@@ -191,3 +191,36 @@ def test_init_gpt_weights_is_deterministic_with_a_generator():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_saturation_entropy_from_the_scores_equals_chapter_5s_and_needs_no_import_of_it():
+    """H(p) = LSE(s) - p . s: chapter 7's module computes the entropy with its own log-sum-exp, so numerics no
+    longer imports information (which imports numerics.logsumexp): the import circle of issue 12 is gone."""
+    import inspect
+
+    from transformer_lab import information, numerics
+    for d_k, scaled in ((4, True), (64, False), (1024, False)):
+        r = softmax_saturation(d_k, scaled=scaled)
+        p = torch.softmax(r["scores"], dim=-1)
+        torch.testing.assert_close(r["entropy"], information.entropy(p), rtol=0, atol=1e-12)
+    assert "information" not in inspect.getsource(numerics)
+
+
+def test_every_component_reports_a_bad_count_in_the_same_words():
+    """One home for validation (issue 12): each component's count arguments go through _checks.positive_int."""
+    from transformer_lab.attention import Embedding, MultiHeadAttention
+    from transformer_lab.gpt import GPTConfig
+    from transformer_lab.mlp import MLP
+    from transformer_lab.norm import LayerNorm
+    from transformer_lab.positional import sinusoidal_encoding
+    from transformer_lab.softmax import LMHead
+    from transformer_lab.train import TrainConfig
+
+    for build in (lambda v: Embedding(v, 4), lambda v: MultiHeadAttention(v, 1), lambda v: MLP(v),
+                  lambda v: LayerNorm(v), lambda v: LMHead(v, 3), lambda v: sinusoidal_encoding(3, v),
+                  lambda v: GPTConfig(d_model=v, n_head=1), lambda v: TrainConfig(batch_size=v),
+                  lambda v: score_scale(v)):
+        for bad in (0, -2, 2.0, True, "4"):
+            with pytest.raises(ValueError, match=r"must be a positive integer, got"):
+                build(bad)
+    assert GPTConfig(d_model=np.int64(8), n_head=np.int64(2)).d_model.__class__ is int  # stored as a Python int

@@ -19,14 +19,11 @@ import math
 import torch
 from torch import nn
 
+from transformer_lab._checks import positive_int, shape_or_type
 from transformer_lab.positional import causal_mask
 
 __all__ = ["Embedding", "MultiHeadAttention", "attention_formula", "merge_heads", "scaled_dot_product_attention",
            "split_heads", "tie_weights"]
-
-
-def _shape(x) -> str:
-    return str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def _broadcast(*shapes) -> tuple[int, ...] | None:
@@ -92,17 +89,17 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor of shape (..., T, d) with at least 2 dims, "
-                             f"got {_shape(t)}")
+                             f"got {shape_or_type(t)}")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(f"query (..., T_q, d_k) and key (..., T_k, d_k) must share d_k: "
-                         f"got query {_shape(query)} and key {_shape(key)}")
+                         f"got query {shape_or_type(query)} and key {shape_or_type(key)}")
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(f"key (..., T_k, d_k) and value (..., T_k, d_v) must share T_k: "
-                         f"got key {_shape(key)} and value {_shape(value)}")
+                         f"got key {shape_or_type(key)} and value {shape_or_type(value)}")
     batch = _broadcast(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     if batch is None:
-        raise ValueError(f"the leading (batch, head) dims of query {_shape(query)}, key {_shape(key)} and "
-                         f"value {_shape(value)} do not broadcast")
+        raise ValueError(f"the leading (batch, head) dims of query {shape_or_type(query)}, key "
+                         f"{shape_or_type(key)} and value {shape_or_type(value)} do not broadcast")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if len({torch.float32 if t.dtype in _HALF else t.dtype for t in (query, key, value)}) > 1:
@@ -287,7 +284,7 @@ class _CausalAttention(torch.autograd.Function):
 def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
     """(B, T, C) -> (B, h, T, d_k) with d_k = C / h: a reshape and a transpose, no arithmetic."""
     if not isinstance(x, torch.Tensor) or x.dim() != 3:
-        raise ValueError(f"split_heads expects x of shape (B, T, C), got {_shape(x)}")
+        raise ValueError(f"split_heads expects x of shape (B, T, C), got {shape_or_type(x)}")
     if not isinstance(n_head, int) or n_head < 1 or x.shape[-1] % n_head:
         raise ValueError(f"C = {x.shape[-1]} must be divisible by n_head, got n_head={n_head!r}")
     B, T, C = x.shape
@@ -297,7 +294,7 @@ def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(B, h, T, d_k) -> (B, T, h·d_k): the inverse of :func:`split_heads` (concatenate the heads)."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"merge_heads expects x of shape (B, h, T, d_k), got {_shape(x)}")
+        raise ValueError(f"merge_heads expects x of shape (B, h, T, d_k), got {shape_or_type(x)}")
     B, h, T, d_k = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T, h, d_k) -> (B, T, C)
 
@@ -314,8 +311,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_head: int, *, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        if not isinstance(d_model, int) or not isinstance(n_head, int) or d_model < 1 or n_head < 1:
-            raise ValueError(f"d_model and n_head must be positive ints, got d_model={d_model!r}, n_head={n_head!r}")
+        d_model, n_head = positive_int(d_model, "d_model"), positive_int(n_head, "n_head")
         if d_model % n_head:
             raise ValueError(f"d_model % n_head must be 0 (d_k = d_model / n_head), got d_model={d_model}, "
                              f"n_head={n_head}")
@@ -351,12 +347,13 @@ class MultiHeadAttention(nn.Module):
         C = self.d_model
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[-1] != C:
-                raise ValueError(f"{name} must have shape (B, T, C={C}), got {_shape(t)}")
+                raise ValueError(f"{name} must have shape (B, T, C={C}), got {shape_or_type(t)}")
         if not query.shape[0] == key.shape[0] == value.shape[0]:
-            raise ValueError(f"query, key and value must share the batch size B: got {_shape(query)}, "
-                             f"{_shape(key)}, {_shape(value)}")
+            raise ValueError(f"query, key and value must share the batch size B: got {shape_or_type(query)}, "
+                             f"{shape_or_type(key)}, {shape_or_type(value)}")
         if key.shape[1] != value.shape[1]:
-            raise ValueError(f"key and value must share T_k: got key {_shape(key)}, value {_shape(value)}")
+            raise ValueError(f"key and value must share T_k: got key {shape_or_type(key)}, "
+                             f"value {shape_or_type(value)}")
         if isinstance(mask, torch.Tensor) and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, T_q, T_k) -> (B, 1, T_q, T_k): the same mask for every head
         if query is key and key is value:  # self-attention: one product for Q, K and V
@@ -394,9 +391,7 @@ class Embedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
-        for name, v in (("vocab_size", vocab_size), ("d_model", d_model)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        vocab_size, d_model = positive_int(vocab_size, "vocab_size"), positive_int(d_model, "d_model")
         self.vocab_size, self.d_model = vocab_size, d_model
         self.weight = nn.Parameter(torch.randn(vocab_size, d_model))  # E (V, C), N(0, 1) as nn.Embedding
 

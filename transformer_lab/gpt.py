@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from transformer_lab._checks import positive_int, shape_or_type
 from transformer_lab.attention import (
     Embedding,
     MultiHeadAttention,
@@ -51,9 +52,7 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"GPTConfig.{name} must be a positive int, got {v!r}")
+            object.__setattr__(self, name, positive_int(getattr(self, name), f"GPTConfig.{name}"))
         if self.d_model % self.n_head:
             raise ValueError(f"GPTConfig: d_model={self.d_model} must be divisible by n_head={self.n_head}")
         if self.positions not in POSITIONS:
@@ -147,8 +146,7 @@ class GPT(nn.Module):
         """
         c = self.config
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point():
-            raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
-                             f"{tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__}")
+            raise ValueError(f"idx must be an integer tensor of shape (B, T), got {shape_or_type(idx)}")
         _, T = idx.shape
         start = 0 if cache is None else len(cache)
         if T < 1 or start + T > c.block_size:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from transformer_lab._checks import positive_int
 from transformer_lab.backprop import _GELU_C, _SATURATED, _SQRT_2_OVER_PI, gelu, gelu_backward, linear_backward
 from transformer_lab.regularization import dropout, dropout_mask
 
@@ -54,8 +55,7 @@ class MLP(nn.Module):
                  approximate: str = "tanh"):
         super().__init__()
         d_hidden = 4 * d_model if d_hidden is None else d_hidden
-        if not (isinstance(d_model, int) and d_model > 0 and isinstance(d_hidden, int) and d_hidden > 0):
-            raise ValueError(f"d_model and d_hidden must be positive ints, got {d_model!r}, {d_hidden!r}")
+        d_model, d_hidden = positive_int(d_model, "d_model"), positive_int(d_hidden, "d_hidden")
         if approximate not in ("none", "tanh"):
             raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
         if not 0.0 <= dropout < 1.0:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from transformer_lab._checks import positive_int
+
 __all__ = ["LayerNorm", "layer_norm"]
 
 
@@ -140,8 +142,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
-            raise ValueError(f"LayerNorm: d_model must be a positive int, got {d_model!r}")
+        d_model = positive_int(d_model, "LayerNorm: d_model")
         if not eps >= 0:
             raise ValueError(f"LayerNorm: eps must be >= 0, got {eps}")
         self.d_model, self.eps = d_model, float(eps)

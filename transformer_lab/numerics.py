@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from ._checks import positive_int
 from .attention import Embedding
 from .norm import LayerNorm
 from .softmax import softmax, softmax_jacobian
@@ -62,8 +63,7 @@ def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def score_scale(d_k: int) -> float:
     """The attention-score factor ``1 / sqrt(d_k)`` that makes ``Var(q . k / sqrt(d_k)) = 1``."""
-    if not isinstance(d_k, int) or isinstance(d_k, bool) or d_k < 1:
-        raise ValueError(f"score_scale: d_k must be a positive int, got {d_k!r}")
+    d_k = positive_int(d_k, "score_scale: d_k")
     return 1.0 / math.sqrt(d_k)
 
 
@@ -73,10 +73,9 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
 
     Returns per-query ``max_weight`` (the largest attention weight), ``entropy`` (nats) and ``grad_norm``
     (the Frobenius norm of the softmax Jacobian diag(p) - p p^T, which goes to 0 as the softmax saturates),
-    each (n_queries,), and ``scores`` (n_queries, n_keys).
+    each (n_queries,), and ``scores`` (n_queries, n_keys). The entropy of p = softmax(s) is taken from the scores,
+    H(p) = -sum_i p_i (s_i - LSE(s)) = LSE(s) - sum_i p_i s_i, with this chapter's log-sum-exp.
     """
-    from .information import entropy  # (information imports this module: imported here, not at the top)
-
     if not isinstance(n_keys, int) or n_keys < 2:
         raise ValueError(f"softmax_saturation: n_keys must be an int >= 2, got {n_keys!r}")
     g = torch.Generator().manual_seed(seed)
@@ -86,7 +85,8 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
     p = softmax(scores, dim=-1)  # chapter 2's stable softmax   (N, n)
     # ||diag(p) - p p^T||_F, formed explicitly: the expanded sum of powers of p cancels when p is one-hot
     grad_norm = torch.linalg.matrix_norm(softmax_jacobian(p))
-    return {"max_weight": p.amax(-1), "entropy": entropy(p), "grad_norm": grad_norm, "scores": scores}
+    entropy = logsumexp(scores, dim=-1) - (p * scores).sum(-1)  # H(p) = LSE(s) - p . s   (N,)
+    return {"max_weight": p.amax(-1), "entropy": entropy, "grad_norm": grad_norm, "scores": scores}
 
 
 def _is_layer_norm(m: nn.Module) -> bool:
@@ -112,8 +112,7 @@ def init_gpt_weights(module: nn.Module, *, n_layer: int, std: float = 0.02,
     """
     if not isinstance(module, nn.Module):
         raise ValueError(f"init_gpt_weights: module must be an nn.Module, got {type(module).__name__}")
-    if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
-        raise ValueError(f"init_gpt_weights: n_layer must be a positive int, got {n_layer!r}")
+    n_layer = positive_int(n_layer, "init_gpt_weights: n_layer")
     if not std > 0:
         raise ValueError(f"init_gpt_weights: std must be > 0, got {std}")
     proj_std = std / math.sqrt(2 * n_layer)  # sigma_proj = 0.02 / sqrt(2 L)

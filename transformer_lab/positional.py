@@ -20,12 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-
-def _check_positive_int(value, name: str) -> int:
-    """``value`` as an int if it is a positive integer (Python or NumPy; not a bool), else ValueError."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool | np.bool_) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+from transformer_lab._checks import positive_int
 
 
 def _check_base(base) -> None:
@@ -36,7 +31,7 @@ def _check_base(base) -> None:
 
 def sinusoidal_frequencies(d_model: int, *, base: float = 10000.0, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The d_model/2 angular frequencies ω_i = base^{-2i/d_model}, i = 0 … d_model/2 - 1.  -> (d_model/2,)."""
-    d_model = _check_positive_int(d_model, "d_model")
+    d_model = positive_int(d_model, "d_model")
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     _check_base(base)
@@ -50,7 +45,7 @@ def sinusoidal_encoding(n_pos: int, d_model: int, *, base: float = 10000.0,
 
     PE(pos, 2i) = sin(pos / base^{2i/d}), PE(pos, 2i+1) = cos(pos / base^{2i/d}). Computed in float64, then cast.
     """
-    n_pos = _check_positive_int(n_pos, "n_pos")
+    n_pos = positive_int(n_pos, "n_pos")
     omega = sinusoidal_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
     angle = torch.arange(n_pos, dtype=torch.float64)[:, None] * omega[None, :]  # (n_pos, d/2): pos · ω_i
     pe = torch.empty(n_pos, d_model, dtype=torch.float64)
@@ -115,9 +110,9 @@ def causal_mask(T: int, T_k: int | None = None, *, device=None) -> torch.Tensor:
     With T_k = T (the default) it is lower-triangular. T_k > T is the key-value-cache case: the T queries are
     the last T of T_k positions.
     """
-    T = _check_positive_int(T, "T")
+    T = positive_int(T, "T")
     T_k = T if T_k is None else T_k
-    T_k = _check_positive_int(T_k, "T_k")
+    T_k = positive_int(T_k, "T_k")
     if T_k < T:
         raise ValueError(f"T_k must be >= T (each query sees its own position), got T={T}, T_k={T_k}")
     i = torch.arange(T, device=device)[:, None]  # (T, 1) queries
@@ -134,8 +129,8 @@ class LearnedPositions(nn.Embedding):
     """
 
     def __init__(self, n_pos: int, d_model: int, *, std: float = 0.02):
-        n_pos = _check_positive_int(n_pos, "n_pos")
-        d_model = _check_positive_int(d_model, "d_model")
+        n_pos = positive_int(n_pos, "n_pos")
+        d_model = positive_int(d_model, "d_model")
         super().__init__(n_pos, d_model)  # weight P (n_pos, d_model) ~ N(0, 1)
         with torch.no_grad():
             self.weight.mul_(std)  # P ~ N(0, std²)
@@ -159,7 +154,7 @@ def alibi_slopes(n_head: int, *, dtype: torch.dtype | None = None) -> torch.Tens
     For H a power of 2: m_h = 2^{-8h/H}, h = 1 … H (a geometric sequence from 2^{-8/H} down to 2^{-8}). Otherwise,
     as in the authors' code: the slopes for the largest power of 2, H' < H, then every other slope of 2H'.
     """
-    n_head = _check_positive_int(n_head, "n_head")
+    n_head = positive_int(n_head, "n_head")
 
     def power_of_two(H: int) -> list[float]:
         return [2.0 ** (-8.0 * h / H) for h in range(1, H + 1)]
@@ -177,9 +172,9 @@ def alibi_bias(T: int, T_k: int | None = None, *, n_head: int, device=None,
     keys a causal model lets it see, j <= i', the bias is -m_h · (distance) <= 0: a linear penalty on distance.
     Add it to the scores before the softmax, together with the causal mask (the bias is > 0 where j > i').
     """
-    T = _check_positive_int(T, "T")
+    T = positive_int(T, "T")
     T_k = T if T_k is None else T_k
-    T_k = _check_positive_int(T_k, "T_k")
+    T_k = positive_int(T_k, "T_k")
     if T_k < T:
         raise ValueError(f"T_k must be >= T (the queries are the last T of T_k positions), got T={T}, T_k={T_k}")
     dtype = dtype or torch.get_default_dtype()
@@ -192,19 +187,19 @@ def alibi_bias(T: int, T_k: int | None = None, *, n_head: int, device=None,
 # ---------------------------------------------------------------- counting
 def attention_pairs(n: int) -> int:
     """Ordered (query, key) pairs full self-attention scores over n tokens: n²."""
-    n = _check_positive_int(n, "n")
+    n = positive_int(n, "n")
     return n * n
 
 
 def causal_pairs(n: int) -> int:
     """(query, key) pairs a causal mask admits over n tokens: Σ_{i=1}^{n} i = n(n+1)/2."""
-    n = _check_positive_int(n, "n")
+    n = positive_int(n, "n")
     return n * (n + 1) // 2
 
 
 def valid_head_counts(d_model: int) -> list[int]:
     """The numbers of heads h that split d_model into equal heads of width d_k = d_model / h: its divisors."""
-    d_model = _check_positive_int(d_model, "d_model")
+    d_model = positive_int(d_model, "d_model")
     return [h for h in range(1, d_model + 1) if d_model % h == 0]
 
 
@@ -214,8 +209,8 @@ def head_partitions(d_model: int, n_head: int) -> int:
     All of them give the same family of models (one permutation of the columns of W_Q, W_K, W_V and the rows of
     W_O maps one onto another), which is why the code simply slices contiguous blocks.
     """
-    d_model = _check_positive_int(d_model, "d_model")
-    n_head = _check_positive_int(n_head, "n_head")
+    d_model = positive_int(d_model, "d_model")
+    n_head = positive_int(n_head, "n_head")
     if d_model % n_head:
         raise ValueError(f"n_head={n_head} must divide d_model={d_model}")
     d_k = d_model // n_head

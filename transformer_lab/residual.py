@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ._checks import positive_int, shape_or_type
 from .norm import LayerNorm, layer_norm
 
 __all__ = ["ARRANGEMENTS", "PostLNResidual", "PreLNResidual", "depth_profile", "make_block", "output_sensitivity"]
@@ -28,8 +29,7 @@ ARRANGEMENTS = ("plain", "residual", "post-ln", "pre-ln")
 
 
 def _check_sublayer(cls: str, d_model: int, sublayer) -> None:
-    if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 1:
-        raise ValueError(f"{cls}: d_model must be a positive int, got {d_model!r}")
+    positive_int(d_model, f"{cls}: d_model")
     if not callable(sublayer):
         raise ValueError(f"{cls}: sublayer must be callable (an nn.Module or function x -> x), "
                          f"got {type(sublayer).__name__}")
@@ -37,8 +37,7 @@ def _check_sublayer(cls: str, d_model: int, sublayer) -> None:
 
 def _check_input(cls: str, d_model: int, x) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != d_model:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{cls}({d_model}): expected x of shape (..., {d_model}), got {shape}")
+        raise ValueError(f"{cls}({d_model}): expected x of shape (..., {d_model}), got {shape_or_type(x)}")
 
 
 class _LNResidual(nn.Module):
@@ -116,8 +115,7 @@ def _stack(arrangement: str, x: torch.Tensor, W1: torch.Tensor, W2: torch.Tensor
 def _check_profile_args(fn: str, arrangement: str, n_layer, gain) -> None:
     if arrangement not in ARRANGEMENTS:
         raise ValueError(f"arrangement must be one of {ARRANGEMENTS}, got {arrangement!r}")
-    if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer < 1:
-        raise ValueError(f"{fn}: n_layer must be a positive int, got {n_layer!r}")
+    positive_int(n_layer, f"{fn}: n_layer")
     if not gain > 0:
         raise ValueError(f"{fn}: gain must be > 0, got {gain}")
 

@@ -19,6 +19,8 @@ import math
 import torch
 from torch import nn
 
+from transformer_lab._checks import positive_int, shape_or_type
+
 __all__ = ["LMHead", "log_softmax", "softmax", "softmax_jacobian"]
 
 
@@ -114,9 +116,7 @@ class LMHead(nn.Module):
 
     def __init__(self, d_model: int, vocab_size: int, *, bias: bool = False):
         super().__init__()
-        for name, v in (("d_model", d_model), ("vocab_size", vocab_size)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        d_model, vocab_size = positive_int(d_model, "d_model"), positive_int(vocab_size, "vocab_size")
         self.d_model, self.vocab_size = d_model, vocab_size
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))  # W (V, C)
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None  # b (V,)
@@ -126,8 +126,7 @@ class LMHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., C) -> logits (..., V)."""
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.d_model:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"LMHead expects x of shape (..., d_model={self.d_model}), got {shape}")
+            raise ValueError(f"LMHead expects x of shape (..., d_model={self.d_model}), got {shape_or_type(x)}")
         logits = x @ self.weight.T  # z = x Wᵀ   (..., V)
         if self.bias is not None:
             logits = logits + self.bias  # z = x Wᵀ + b

@@ -22,6 +22,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from transformer_lab import checkpoint as ckpt
+from transformer_lab._checks import positive_int
 from transformer_lab.data import Corpus, get_batch
 from transformer_lab.information import cross_entropy
 from transformer_lab.optim import AdamW, WarmupCosine, decay_groups
@@ -47,9 +48,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("max_iters", "batch_size", "block_size", "eval_interval", "eval_iters"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive int, got {v!r}")
+            object.__setattr__(self, name, positive_int(getattr(self, name), f"TrainConfig.{name}"))
         if not 0 <= self.warmup < self.max_iters:
             raise ValueError(f"TrainConfig.warmup must lie in [0, max_iters={self.max_iters}), got {self.warmup}")
         if not (0 < self.min_lr <= self.lr) or not math.isfinite(self.lr):
