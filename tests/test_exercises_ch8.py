@@ -109,6 +109,12 @@ def _windows_len_over_T_indexed(ids, block_size):  # the same off-by-one, writte
     return ids[starts], ids[(starts + 1).clamp(max=len(ids) - 1)]
 
 
+def _windows_ceil(ids, block_size):  # N = ceil((len - 1) / T): the last window runs past the end
+    n = -(-(len(ids) - 1) // block_size)
+    starts = torch.arange(n)[:, None] * block_size + torch.arange(block_size)
+    return ids[starts.clamp(max=len(ids) - 2)], ids[(starts + 1).clamp(max=len(ids) - 1)]
+
+
 def _windows_not_shifted(ids, block_size):
     x, _ = lm_windows(ids, block_size)
     return x, x
@@ -239,6 +245,10 @@ def _entropy_wrong_dim(w):
     return -torch.special.xlogy(w, w).sum(-2)
 
 
+def _entropy_float32(w):  # computed in float32: used to get only "got 1.22336376, expected 1.2233638"
+    return -torch.special.xlogy(w.float(), w.float()).sum(-1)
+
+
 def _entropy_mean(w):
     return -torch.special.xlogy(w, w).mean(-1)
 
@@ -260,8 +270,10 @@ CATALOGUE = {
     },
     "lm_windows": {
         "wrong": [
-            (_windows_len_over_T, ["on case 5", "N = (len - 1) // T, not len // T"]),
-            (_windows_len_over_T_indexed, ["output[0] has shape (3, 4), expected (2, 4)", "not len // T"]),
+            (_windows_len_over_T, ["on case 5", "N = (len - 1) // T: the last window needs one more token"]),
+            (_windows_len_over_T_indexed, ["output[0] has shape (3, 4), expected (2, 4)",
+                                          "12 tokens give 2 windows whose targets all exist; you made 3"]),
+            (_windows_ceil, ["on case 5", "N = (len - 1) // T", "you made 3"]),
             (_windows_not_shifted, ["output[1] differs", "entries"]),
             (_windows_one_short, ["has shape"]),
             (_windows_overlapping, ["output[0] has shape"]),
@@ -294,6 +306,7 @@ CATALOGUE = {
             (_entropy_no_minus, ["differs", "the sign"]),
             (_entropy_wrong_dim, ["differs"]),
             (_entropy_mean, ["differs"]),
+            (_entropy_float32, ["dtype torch.float32", "float64", "rounds to float32"]),
         ],
         "right": [_entropy_xlogy, _entropy_where],
     },
@@ -337,3 +350,9 @@ def test_derivations():
     assert sp.simplify(cost["pairs_with_cache"] - n * (n + 1) / 2) == 0  # attention over the cache: still n²
     assert d8.check() == {"formula vs ours": 0.0, "ours vs reference": 0.0, "cache ratio vs direct sum": 0.0,
                           "attention pairs vs direct sum": 0.0}
+
+
+def test_entropy_reference_has_no_negative_zero():
+    """One-hot rows have entropy +0, not -0 (the checker used to print 'expected -0')."""
+    h = ch8._entropy_reference(torch.eye(3, dtype=torch.float64))
+    assert not torch.signbit(h).any()

@@ -66,8 +66,15 @@ def check_lm_windows(fn) -> CheckResult:
              dict(ids=torch.arange(12), block_size=4)]  # T divides the length: N = 2, not 12 // 4 = 3
     result = check_function("lm_windows", fn, _windows_reference, cases, atol=0, rtol=0)
     if not result.passed and "on case 5" in result.message:
-        return CheckResult(result.name, False, result.message + "; hint: the last window needs one more token for "
-                                                                "its targets, so N = (len - 1) // T, not len // T")
+        hint = "; hint: N = (len - 1) // T: the last window needs one more token for its targets"
+        try:
+            rows = fn(*cases[4].values())[0].shape[0]
+        except Exception:  # a student's crash only drops the count below
+            rows = None
+        n_ids, t = len(cases[4]["ids"]), cases[4]["block_size"]
+        if isinstance(rows, int) and rows > (n_ids - 1) // t:
+            hint += f" ({n_ids} tokens give {(n_ids - 1) // t} windows whose targets all exist; you made {rows})"
+        return CheckResult(result.name, False, result.message + hint)
     return result
 
 
@@ -127,7 +134,7 @@ def check_attend_with_cache(fn) -> CheckResult:
 
 
 def _entropy_reference(w):
-    return -torch.special.xlogy(w, w).sum(-1)  # xlogy(0, 0) = 0: masked keys add nothing
+    return -torch.special.xlogy(w, w).sum(-1) + 0.0  # xlogy(0, 0) = 0: masked keys add nothing; + 0.0: no -0
 
 
 def _causal_weights(gen, *shape, scale=1.0):
@@ -149,7 +156,10 @@ def check_attention_entropy(fn) -> CheckResult:
         msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
         if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             return msg
-        g = got.to(expected.dtype)
+        if got.dtype != expected.dtype:
+            return msg + (f"; hint: the answer has dtype {got.dtype}, the weights {expected.dtype}: compute in the "
+                          "weights' dtype (a .float() or a tensor made without dtype= rounds to float32)")
+        g = got
         if torch.isnan(g).any():
             return msg + "; hint: 0 · ln 0 gave NaN: a zero weight (a masked key) must add 0 (torch.special.xlogy)"
         if torch.allclose(g, -expected, atol=1e-8):
