@@ -34,11 +34,15 @@ def _seed():
 
 
 def assert_rejected(checker, fn, *fragments: str):
-    """``checker`` must reject ``fn`` with a message containing every one of ``fragments``."""
+    """``checker`` must reject ``fn`` with a message containing every one of ``fragments``; a fragment written
+    ``"!text"`` must NOT appear (a hint that would blame the wrong mistake)."""
     result = checker(fn)
     assert not result.passed, f"{checker.__name__} accepted a wrong answer"
     for fragment in fragments:
-        assert fragment in result.message, result.message
+        if fragment.startswith("!"):
+            assert fragment[1:] not in result.message, result.message
+        else:
+            assert fragment in result.message, result.message
     return result
 
 
