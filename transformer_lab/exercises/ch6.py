@@ -100,19 +100,25 @@ def check_kv_pair_count(fn) -> CheckResult:
         (lambda T, T_k: T_k * (T_k + 1) // 2, "that counts all T_k queries; only the last T are new"),
     ]
 
+    return _check_count("kv_pair_count", fn, _ref_kv_pair_count, cases, hints)
+
+
+def _check_count(name: str, fn, reference, cases: list[dict], hints: list) -> CheckResult:
+    """Check an exercise whose answer is an int; when the answer equals a typical mistake's formula
+    ``wrong(*case)`` on every case, name that mistake (``hints``: (wrong, hint) pairs)."""
     def compare(got, expected):
         msg = describe_difference(got, expected)
         return f"the count is {got}, expected {expected}" if msg and "differs" in msg else msg
 
-    result = check_function("kv_pair_count", fn, _ref_kv_pair_count, cases, compare=compare)
+    result = check_function(name, fn, reference, cases, compare=compare)
     if result.passed:
         return result
     try:  # a typical mistake gives a known formula on every case: name it
-        answers = [fn(c["T"], c["T_k"]) for c in cases]
+        answers = [fn(*c.values()) for c in cases]
     except Exception:  # check_function has already reported it
         return result
     for wrong, hint in hints:
-        if all(a == wrong(**c) and not isinstance(a, bool) for a, c in zip(answers, cases, strict=True)):
+        if all(a == wrong(*c.values()) and not isinstance(a, bool) for a, c in zip(answers, cases, strict=True)):
             return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
     return result
 
@@ -169,22 +175,7 @@ def check_head_splits(fn) -> CheckResult:
                                     "matter"),
     ]
 
-    def compare(got, expected):
-        msg = describe_difference(got, expected)
-        return f"the count is {got}, expected {expected}" if msg and "differs" in msg else msg
-
-    result = check_function("head_splits", fn, _ref_head_splits, cases, compare=compare)
-    if result.passed:
-        return result
-    try:  # a typical mistake gives a known formula on every case: name it
-        answers = [fn(c["d_model"], c["n_head"]) for c in cases]
-    except Exception:  # check_function has already reported it
-        return result
-    for wrong, hint in hints:
-        if all(a == wrong(c["d_model"], c["n_head"]) and not isinstance(a, bool)
-               for a, c in zip(answers, cases, strict=True)):
-            return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
-    return result
+    return _check_count("head_splits", fn, _ref_head_splits, cases, hints)
 
 
 EXERCISES = {
