@@ -11,7 +11,7 @@ from conftest import ROOT
 from nbclient import NotebookClient
 
 BUDGET_S = 60  # "well under a minute on 2 CPU cores"; chapters aim at < 45 s
-REDRAW_S = 0.1  # a widget update answers in under 100 ms (CPU time of one redraw, best of 5)
+REDRAW_S = 0.1  # a widget update answers in under 100 ms (CPU time of the redrawing thread, best of 10)
 # Run after the page, in its kernel: every interactive figure it displayed (IPython keeps them in Out) or kept.
 MEASURE_FIGURES = """
 from transformer_lab.viz import InteractiveFigure as _IF

@@ -285,14 +285,16 @@ class InteractiveFigure:
             self._layout = [ax.get_position(original=True) for ax in axes]
         return png
 
-    def time_redraw(self, repeats: int = 5, **params) -> float:
+    def time_redraw(self, repeats: int = 10, **params) -> float:
         """Seconds of CPU for one redraw (draw + render), the cost a moved control pays: the best of
-        ``repeats``, in process CPU time so that other work on a busy machine does not inflate it."""
+        ``repeats``, in CPU time of the calling thread (a redraw runs in it alone: torch on one thread), so that
+        other processes on a busy machine and the kernel's own threads (messaging, idle OpenMP workers spinning
+        after earlier work) do not inflate it."""
         times = []
         for _ in range(repeats):
-            t0 = time.process_time()
+            t0 = time.thread_time()
             self.render(**params)
-            times.append(time.process_time() - t0)
+            times.append(time.thread_time() - t0)
         return min(times)
 
     # -- the website: pre-rendered frames
