@@ -6,6 +6,7 @@ import types
 
 import numpy as np
 import pytest
+import sympy as sp
 import torch
 
 from transformer_lab import exercises
@@ -13,6 +14,7 @@ from transformer_lab.cli import main
 from transformer_lab.exercises import (
     CHAPTERS,
     CheckResult,
+    check_expression,
     check_file,
     check_function,
     describe_difference,
@@ -150,3 +152,67 @@ def test_a_comparison_that_raises_is_a_verdict_not_a_crash():
 
     result = check_function("x", lambda x: [[1.0, 2.0], [3.0]], reference_double, CASES, compare=fragile)
     assert not result.passed and "could not be compared" in result.message and "list" in result.message
+
+
+def test_check_expression_accepts_an_equal_expression_in_another_form():
+    """A derivation's answer is a SymPy expression, equal when simplify says so; symbols match by name, so a
+    student's plain ``Symbol("t")`` is the book's ``Symbol("t", integer=True, positive=True)``."""
+    beta, t, g = sp.Symbol("beta_1", positive=True), sp.Symbol("t", integer=True, positive=True), sp.Symbol("g")
+    reference = lambda: (1 - beta**t) * g  # noqa: E731
+    assert check_expression("m", lambda: g - g * beta**t, reference).passed
+    assert check_expression("m", lambda: sp.expand((1 - sp.Symbol("beta_1") ** sp.Symbol("t")) * sp.Symbol("g")),
+                            reference).passed
+    x = sp.Symbol("x")
+    assert check_expression("square", lambda x: x**2, lambda x: x * x, [{"x": x}]).passed
+    assert check_expression("one", lambda: 1, lambda: sp.Integer(1)).passed
+    assert check_expression("eye", lambda: sp.eye(2) * x, lambda: sp.Matrix([[x, 0], [0, x]])).passed
+
+
+def test_check_expression_says_what_differs_and_gives_the_mistakes_hint():
+    beta, t, g = sp.Symbol("beta_1", positive=True), sp.Symbol("t", integer=True, positive=True), sp.Symbol("g")
+    reference = lambda: (1 - beta**t) * g  # noqa: E731
+    off_by_one = lambda: (1 - beta ** (t + 1)) * g  # noqa: E731
+    result = check_expression("m", off_by_one, reference, hints=[(off_by_one, "t, not t + 1")])
+    assert not result.passed and "simplifies to g*(1 - beta_1**(t + 1)), expected g*(1 - beta_1**t)" in result.message
+    assert "at beta_1 = " in result.message and result.message.endswith("Hint: t, not t + 1")
+    assert "no arguments" not in result.message
+    other = check_expression("m", lambda: g, reference, hints=[(off_by_one, "t, not t + 1")])
+    assert not other.passed and "Hint" not in other.message
+    x = sp.Symbol("x")
+    matrix = check_expression("M", lambda: sp.Matrix([[x, 0], [0, 2 * x]]), lambda: sp.Matrix([[x, 0], [0, x]]))
+    assert "in entry (1, 1) simplifies to 2*x, expected x" in matrix.message
+    assert "should be a 2×2 matrix" in check_expression("M", lambda: x, lambda: sp.eye(2) * x).message
+    assert "shape (1, 2), expected (2, 1)" in check_expression("M", lambda: sp.Matrix([[x, x]]),
+                                                               lambda: sp.Matrix([x, x])).message
+
+
+def test_check_expression_refuses_what_is_not_an_exact_expression_in_the_allowed_symbols():
+    x, y = sp.symbols("x y")
+    reference = lambda: x / 2  # noqa: E731
+    assert "the string 'x/2', not a SymPy expression" in check_expression("h", lambda: "x/2", reference).message
+    assert "floating-point" in check_expression("h", lambda: 0.5 * x, reference).message
+    assert "floating-point" in check_expression("h", lambda: 0.5, reference).message
+    assert "should be a SymPy expression, got Tensor" in check_expression("h", lambda: torch.ones(2),
+                                                                          reference).message
+    assert "uses y, which it may not contain (allowed: x)" in check_expression("h", lambda: y / 2, reference).message
+    assert "allowed: x, y" in check_expression("h", lambda: sp.Symbol("z"), reference, symbols=[x, y]).message
+    assert check_expression("h", lambda: x / 2 + 0 * y, reference, symbols=[x, y]).passed
+    assert "the equation" in check_expression("h", lambda: sp.Eq(y, x / 2), reference, symbols=[x, y]).message
+
+    def stub():
+        raise NotImplementedError
+
+    assert check_expression("h", stub, reference).message.startswith("not written yet")
+
+
+def test_check_expression_decides_by_random_points_where_simplify_cannot(monkeypatch):
+    """The fallback: with a simplify that leaves every difference as it is, an identity still passes (it vanishes
+    at every random rational point, in exact arithmetic) and a non-identity is caught at a point."""
+    monkeypatch.setattr(sp, "simplify", lambda e: e)
+    x = sp.Symbol("x", positive=True)
+    assert sp.simplify(sp.sin(x) ** 2 + sp.cos(x) ** 2 - 1) != 0  # the stand-in really decides nothing
+    assert check_expression("pyth", lambda: sp.sin(x) ** 2 + sp.cos(x) ** 2, lambda: 1 + 0 * x, symbols=[x]).passed
+    assert check_expression("log", lambda: sp.log(x) + sp.log(2), lambda: sp.log(2 * x)).passed
+    near = check_expression("near", lambda: sp.sin(x) ** 2 + sp.cos(x) ** 2 + x / 10**20, lambda: sp.Integer(1),
+                            symbols=[x])
+    assert not near.passed and "at x = " in near.message

@@ -238,3 +238,108 @@ def check_file(chapter: int, path: str | Path) -> list[CheckResult]:
         else:
             results.append(checker(fn))
     return results
+
+
+def check_expression(name: str, fn: Callable, reference: Callable, cases: Iterable[dict] = ({},), *,
+                     symbols: Iterable | None = None, hints: Iterable[tuple[Callable, str]] = ()) -> CheckResult:
+    """Check a derivation: ``fn`` returns a SymPy expression (or matrix) that must equal ``reference``'s.
+
+    ``cases`` are argument dicts as in :func:`check_function` (the default: one call with no arguments). Equal means
+    ``sympy.simplify(got − expected) == 0``; where simplify leaves a difference it cannot reduce, the two must agree
+    at several random rational points (exact arithmetic, evaluated to 50 digits), which decides identities such as
+    a sum of logarithms simplify does not combine. Symbols are matched by name (a student's ``Symbol("t")`` is the
+    book's ``Symbol("t", positive=True)``); ``symbols`` names those an answer may use (default: the expected
+    answer's). ``hints`` are ``(mistake, hint)`` pairs: a hint is added when the answer equals ``mistake``'s on every
+    case. A float in the answer is refused: a derivation's answer is exact.
+    """
+    cases = list(cases)
+    allowed = None if symbols is None else list(symbols)
+    result = check_function(name, fn, reference, cases, compare=lambda got, expected: _expression_difference(
+        got, expected, allowed))
+    if cases == [{}]:  # no arguments: "on case 1: no arguments" says nothing
+        result = CheckResult(name, result.passed, result.message.replace(" (on case 1: no arguments)", ""))
+    if result.passed or result.message.startswith("not written yet"):
+        return result
+    for mistake, hint in hints:
+        same = check_function(name, fn, mistake, cases, compare=lambda got, expected: _expression_difference(
+            got, expected, allowed))
+        if same.passed:
+            return CheckResult(name, False, f"{result.message}. Hint: {hint}")
+    return result
+
+
+_POINTS = 6  # random rational points where an undecided difference must vanish
+
+
+def _expression_difference(got: Any, expected: Any, allowed: list | None) -> str | None:
+    """``None`` when the SymPy answer ``got`` equals ``expected``, else a sentence saying how it differs."""
+    import sympy as sp
+
+    if isinstance(got, str):
+        return (f"the answer is the string {got!r}, not a SymPy expression: build it from SymPy symbols "
+                f"(sp.Symbol, sp.symbols) and functions (sp.log, sp.exp, …)")
+    if isinstance(got, sp.core.relational.Relational):
+        return f"the answer is the equation {got}; return the expression itself (its right-hand side)"
+    if isinstance(got, float):
+        got = sp.Float(got)  # refused below with the exact-numbers message
+    if isinstance(got, bool) or not isinstance(got, sp.Basic | sp.MatrixBase | int):
+        return f"the answer should be a SymPy expression, got {type(got).__name__} {_short(got)}"
+    got, expected = sp.sympify(got), sp.sympify(expected)
+    if isinstance(expected, sp.MatrixBase) != isinstance(got, sp.MatrixBase):
+        want = f"a {expected.shape[0]}×{expected.shape[1]} matrix" if isinstance(expected, sp.MatrixBase) else (
+            "a scalar expression")
+        return f"the answer should be {want}, got {type(got).__name__}"
+    if isinstance(expected, sp.MatrixBase) and got.shape != expected.shape:
+        return f"the answer has shape {got.shape}, expected {expected.shape}"
+    if got.atoms(sp.Float):
+        return (f"the answer {got} holds floating-point numbers; a derivation is exact: write sp.Rational(1, 3) or "
+                f"sp.Integer(1)/3, sp.sqrt(2), sp.pi, not 0.333…, 1.414…, 3.14…")
+    known = {str(s): s for s in (expected.free_symbols if allowed is None else allowed)}
+    unknown = sorted(str(s) for s in got.free_symbols if str(s) not in known)
+    if unknown:
+        return (f"the answer uses {', '.join(unknown)}, which it may not contain (allowed: "
+                f"{', '.join(sorted(known)) or 'no symbols'})")
+    got = got.xreplace({s: known[str(s)] for s in got.free_symbols})  # same name ⇒ the book's symbol
+    pairs = zip(got, expected, strict=True) if isinstance(expected, sp.MatrixBase) else [(got, expected)]
+    for i, (g, e) in enumerate(pairs):
+        where = f" in entry {divmod(i, expected.shape[1])}" if isinstance(expected, sp.MatrixBase) else ""
+        witness = _counterexample(g, e, sorted(known.values(), key=str))
+        if witness is not None:
+            at = f" (at {witness})" if witness else ""
+            return f"the answer{where} simplifies to {sp.simplify(g)}, expected {sp.simplify(e)}{at}"
+    return None
+
+
+def _counterexample(got: Any, expected: Any, symbols: list) -> str | None:
+    """``None`` when ``got`` equals ``expected``; else where they differ, as text (``"t = 2: got 3, expected
+    0.5"``; empty when there are no symbols to show)."""
+    import random
+
+    import sympy as sp
+
+    difference = sp.simplify(got - expected)
+    if difference == 0:
+        return None
+    rng, tried, checked = random.Random(0), 0, 0
+    while checked < _POINTS and tried < 20 * _POINTS:
+        tried += 1
+        point = {s: _random_value(s, rng) for s in symbols}
+        value = sp.N(difference.subs(point), 50)
+        if not value.is_finite:  # a pole of either side: draw another point
+            continue
+        checked += 1
+        if abs(value) > 1e-30 * max(1, abs(sp.N(expected.subs(point), 50))):
+            shown = ", ".join(f"{s} = {v}" for s, v in point.items())
+            return shown and f"{shown}: got {sp.N(got.subs(point), 6)}, expected {sp.N(expected.subs(point), 6)}"
+    return None if checked else "no point where both sides are finite"
+
+
+def _random_value(symbol: Any, rng: Any) -> Any:
+    """A random exact value in ``symbol``'s domain: a whole number 1…6 for an integer symbol, a rational in (0, 1)
+    for a positive one (e.g. β₁), else a rational in (−1, 1)."""
+    import sympy as sp
+
+    if symbol.is_integer:
+        return sp.Integer(rng.randint(1, 6))
+    value = sp.Rational(rng.randint(1, 96), 97)
+    return value if symbol.is_positive or symbol.is_nonnegative or rng.random() < 0.5 else -value
