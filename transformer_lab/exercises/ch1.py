@@ -199,7 +199,10 @@ _PRODUCTS = ("Mm", "Bmm", "Mv", "Dot", "Mul", "Matmul", "Addmm", "Baddbmm",  # a
 
 
 def _graph_nodes(t: torch.Tensor) -> set[str]:
-    """The names of the autograd nodes that produced ``t``."""
+    """The names of the autograd nodes that produced ``t`` (the grader's copy of an answer computed in the
+    student's process carries them as ``grading_graph``: see transformer_lab.grading)."""
+    if hasattr(t, "grading_graph"):
+        return set(t.grading_graph)
     seen, todo, names = set(), [t.grad_fn], set()
     while todo:
         node = todo.pop()
@@ -220,7 +223,7 @@ def _is_product(fn) -> str | None:
         return None
     if not isinstance(out, torch.Tensor):
         return None  # not a tensor (e.g. a NumPy array): only the values can be checked
-    if out.grad_fn is None:
+    if out.grad_fn is None and not hasattr(out, "grading_graph"):
         return ("the values are right, but the result carries no gradient (grad_fn is None) although weight requires"
                 " one, so autograd cannot see a product. Hint: do not detach weight (no .detach(), .numpy() or"
                 " torch.no_grad()): the gradient of the embedding is the reason to write it as a product.")

@@ -1,0 +1,169 @@
+"""Grading for marks (issue 13): the student's code runs in its own process, and every attack on the grader ends in
+a ✗ with a message, never a ✓ — a submission that hangs, exits, kills its process, crashes, exhausts memory,
+prints, writes into the grader's pipe, patches a checker or imports a reference. Honest answers pass in each
+format (.py, .ipynb, the chapter's .md), and a folder of submissions grades into one CSV."""
+
+import csv
+import textwrap
+
+import jupytext
+import nbformat
+import pytest
+
+from transformer_lab import grading
+from transformer_lab.exercises import registry
+
+RIGHT = textwrap.dedent('''
+    import math
+    import torch
+    import torch.nn.functional as F
+
+
+    def attention_by_hand():
+        Q = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
+        K = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+        V = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], dtype=torch.float64)
+        mask = torch.tensor([[True, True, True], [True, True, False]])
+        A = torch.softmax((Q @ K.T / math.sqrt(2)).masked_fill(~mask, float("-inf")), dim=-1)
+        return A, A @ V
+
+
+    def attention(query, key, value, mask=None):
+        s = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        return torch.softmax(s, dim=-1) @ value
+
+
+    def split_heads(x, n_head):
+        B, T, C = x.shape
+        return x.view(B, T, n_head, C // n_head).transpose(1, 2)
+
+
+    def one_hot_embed(idx, weight):
+        return F.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight
+
+
+    def closest_scores(key, target):
+        return key @ (torch.linalg.pinv(key) @ target)
+
+
+    def superposition_gaps(f, x, y):
+        return (f(x + y) - f(x) - f(y)).abs().max().item(), (f(2 * x) - 2 * f(x)).abs().max().item()
+''')
+
+NAMES = list(registry(1))
+
+ATTACKS = {  # exercise -> (the body of a function that attacks, a fragment of the ✗ it must get)
+    "attention_by_hand": ("while True:\n    pass", "took longer than its time limit"),
+    "attention": ("import sys\nsys.exit(0)", "called sys.exit(0)"),
+    "split_heads": ("import os\nos._exit(0)", "process ended (exit code 0)"),
+    "one_hot_embed": ("import ctypes\nctypes.string_at(0)", "killed by signal SIGSEGV"),
+    "closest_scores": ("import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\xff' * 8)\n"
+                       "    except OSError:\n        pass\nimport time\ntime.sleep(5)", "unreadable message"),
+    "superposition_gaps": ("return bytearray(2**40)", "MemoryError"),
+}
+
+
+def _attack_source() -> str:
+    defs = []
+    for name, (body, _) in ATTACKS.items():
+        params = "f, x, y" if name == "superposition_gaps" else "*args"
+        defs.append(f"def {name}({params}):\n" + textwrap.indent(body, "    "))
+    return "print('garbage ' * 1000)\n" + "\n\n".join(defs) + "\nimport sys\nsys.exit(0)\n"
+
+
+def _write_notebook(path, source: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("%matplotlib inline\n!echo this line is skipped"),
+                nbformat.v4.new_code_cell("%%bash\necho a cell magic: skipped whole"),
+                nbformat.v4.new_markdown_cell("My answers"),
+                nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, path)
+
+
+@pytest.mark.parametrize("suffix", [".py", ".ipynb", ".md"])
+def test_honest_answers_pass_in_every_format(tmp_path, suffix):
+    path = tmp_path / f"alice{suffix}"
+    if suffix == ".py":
+        path.write_text(RIGHT)
+    elif suffix == ".ipynb":
+        _write_notebook(path, RIGHT)
+    else:
+        _write_notebook(tmp_path / "alice.ipynb", RIGHT)
+        jupytext.write(nbformat.read(tmp_path / "alice.ipynb", as_version=4), path, fmt="md:myst")
+    results = grading.grade(1, path)
+    assert [r.name for r in results] == NAMES
+    assert all(r.passed for r in results), [str(r) for r in results if not r.passed]
+
+
+def test_every_attack_gets_a_cross_with_its_reason(tmp_path):
+    path = tmp_path / "mallory.py"
+    path.write_text(_attack_source())
+    results = {r.name: r for r in grading.grade(1, path, timeout=2.0, memory_mb=3072)}
+    for name, (_, words) in ATTACKS.items():
+        assert not results[name].passed, name
+        assert words in results[name].message, (name, results[name].message)
+
+
+def test_the_book_package_is_out_of_reach(tmp_path):
+    """Importing a checker or a reference fails in the student's process, and nothing of the package is loaded
+    there to be patched; the grader's own checkers are untouched."""
+    child = grading.Child(["import sys\ndef loaded():\n    return sorted(m for m in sys.modules if "
+                           "m.startswith('transformer_lab'))\n",
+                           "from transformer_lab.exercises.ch1 import _attention_reference as attention"])
+    try:
+        assert child.call("loaded", (), {}, 5.0) == []
+        assert "attention" not in child.names
+        assert child.cell_errors[0][:2] == (1, "ImportError")
+        assert "cannot be imported by a graded submission" in child.cell_errors[0][2]
+    finally:
+        child.close()
+
+
+def test_a_folder_grades_into_one_csv(tmp_path):
+    """Five made-up submissions: honest, wrong, hanging, exiting, patching; only the honest one passes."""
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    (folder / "honest.py").write_text(RIGHT)
+    (folder / "wrong.py").write_text(RIGHT.replace("/ math.sqrt(query.shape[-1])", "")
+                                     .replace("A, A @ V", "A, A @ V + 1"))
+    (folder / "hanging.py").write_text(RIGHT.replace('def attention(query, key, value, mask=None):\n',
+                                                     'def attention(query, key, value, mask=None):\n'
+                                                     '    while True:\n        pass\n'))
+    (folder / "exiting.py").write_text(RIGHT + "\nimport os\nos._exit(0)\n")
+    (folder / "patching.py").write_text(
+        "import transformer_lab.exercises as ex\nex.check_function = lambda *a, **k: ex.CheckResult('x', True, '')\n"
+        + RIGHT.replace("def attention(", "def _unused(") + "\nfrom transformer_lab.attention import "
+        "scaled_dot_product_attention as attention\n")
+    out = tmp_path / "grades.csv"
+    rows = grading.grade_folder(1, folder, out, timeout=2.0)
+    with open(out, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert table == [{k: str(v) for k, v in row.items()} for row in rows]
+    assert list(table[0]) == ["student", "exercise", "passed", "message"]
+    passed = {s: sum(int(r["passed"]) for r in table if r["student"] == s) for s in
+              ("honest", "wrong", "hanging", "exiting", "patching")}
+    assert passed["honest"] == len(NAMES)
+    assert passed["wrong"] == len(NAMES) - 2 and passed["hanging"] == len(NAMES) - 1
+    msg = {(r["student"], r["exercise"]): r["message"] for r in table}
+    assert "took longer than its time limit" in msg["hanging", "attention"]
+    # os._exit at the end of the file: the process ends while loading, so no exercise can pass
+    assert passed["exiting"] == 0 and "process ended (exit code 0)" in msg["exiting", "attention"]
+    # the patch and the imported reference fail in the student's process; the rest is graded as written
+    assert not int(next(r["passed"] for r in table if r["student"] == "patching" and r["exercise"] == "attention"))
+    assert "cannot be imported by a graded submission" in msg["patching", "attention"]
+    print("\n" + grading.summary(rows))
+
+
+def test_bad_submissions_are_refused_clearly(tmp_path):
+    with pytest.raises(ValueError, match=r"a \.py file, a notebook"):
+        grading.submission_cells(tmp_path / "answers.txt")
+    with pytest.raises(FileNotFoundError, match="submission not found"):
+        grading.submission_cells(tmp_path / "missing.py")
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    with pytest.raises(ValueError, match="not a readable notebook"):
+        grading.submission_cells(tmp_path / "broken.ipynb")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no submissions"):
+        grading.grade_folder(1, tmp_path / "empty", tmp_path / "x.csv")

@@ -1,0 +1,83 @@
+"""The student's side of grading (:mod:`transformer_lab.grading`), run as
+
+    python -I -m transformer_lab._grading_child FD_IN FD_OUT MEMORY_MB
+
+It limits its own memory and file sizes, forgets the book's package (the student's code cannot import it, nor
+find it among the loaded modules), runs the submission's cells (a cell that raises is recorded and skipped, as
+"Run all" would show it), then answers calls by name until the grader closes the pipe.
+"""
+
+from __future__ import annotations
+
+import builtins
+import resource
+import signal
+import sys
+
+from transformer_lab import _wire
+
+MAX_FILE_BYTES = 16 * 2**20  # anything the submission writes, its printed output included
+
+
+class _NoBookPackage:
+    """An import hook: ``transformer_lab`` (references and checkers included) is not importable while grading."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "transformer_lab" or name.startswith("transformer_lab."):
+            raise ImportError(f"{name} cannot be imported by a graded submission: write the answer yourself")
+        return None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"the function called sys.exit({exc.code!r})"
+    return str(exc)[:500]
+
+
+def main(fd_in: int, fd_out: int, memory_mb: int) -> int:
+    memory = memory_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit raises OSError instead of killing
+    receive, send, encode, decode = _wire.receive, _wire.send, _wire.encode, _wire.decode
+    for name in [n for n in sys.modules if n == "transformer_lab" or n.startswith("transformer_lab.")]:
+        del sys.modules[name]
+    sys.meta_path.insert(0, _NoBookPackage())
+
+    def callback(index: int):
+        def grader_function(*args, **kwargs):  # a function the checker passed: it runs in the grader
+            send(fd_out, ("callback", index, encode(args), encode(kwargs)))
+            reply = receive(fd_in)
+            if reply[0] == "raised":
+                raise RuntimeError(f"{reply[1]}: {reply[2]}")
+            return decode(reply[1])
+
+        return grader_function
+
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    while True:
+        try:
+            message = receive(fd_in)
+        except EOFError:
+            return 0
+        if message[0] == "load":
+            errors = []
+            for i, cell in enumerate(message[1]):
+                try:
+                    exec(compile(cell, f"<cell {i + 1}>", "exec"), namespace)
+                except BaseException as exc:  # SystemExit too: the grader decides, not the submission
+                    errors.append((i, type(exc).__name__, _describe(exc)))
+            names = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("__"))
+            send(fd_out, ("loaded", names, errors))
+        elif message[0] == "call":
+            _, name, args, kwargs = message
+            try:
+                value = namespace[name](*decode(args, callback), **decode(kwargs, callback))
+                reply = ("ok", encode(value))
+            except BaseException as exc:
+                reply = ("raised", type(exc).__name__, _describe(exc))
+            send(fd_out, reply)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
