@@ -20,6 +20,16 @@ MAX_ANSWERS_BYTES = 2**20  # an answers file is a few kB of Python
 MAX_TEXT_BYTES = 128 * 2**20  # --text: the character tokenizer holds a Python int per character while encoding
 MAX_TOKENS = 1_000_000  # sample --tokens
 MAX_SEED = 2**63 - 2
+CHECK_HELP = """Grade a file of answers to the exercises of chapter N.
+
+An answers file is a Python file (.py) that defines one function per exercise of the
+chapter, named as in the chapter's exercise cells (chapter 2: stable_softmax,
+softmax_jacobian_at, ...). Each function is imported and checked against ours on fixed
+cases; a missing or unfinished one fails with a message saying what differs.
+The exit status is 0 only when every exercise passes.
+
+Get a blank one to fill in with:  python -m transformer_lab check N --template
+(it writes answers-chN.py, one stub per exercise, and never overwrites a file)."""
 
 
 class _UsageError(Exception):
@@ -39,6 +49,11 @@ def _fail(message: str) -> int:
 def _check(args: argparse.Namespace) -> int:
     from transformer_lab.exercises import check_file
 
+    if args.template:
+        return _write_template(args.chapter, Path(args.answers or f"answers-ch{args.chapter}.py"))
+    if args.answers is None:
+        return _fail(f"give the answers file to grade, e.g. check {args.chapter} answers.py (write a blank one with "
+                     f"check {args.chapter} --template)")
     path = Path(args.answers)
     if path.is_dir():
         return _fail(f"{path} is a directory; give a .py file defining the exercise functions")
@@ -61,6 +76,21 @@ def _check(args: argparse.Namespace) -> int:
     passed = sum(r.passed for r in results)
     print(f"chapter {args.chapter}: {passed} of {len(results)} exercises pass")
     return 0 if passed == len(results) else 1
+
+
+def _write_template(chapter: int, path: Path) -> int:
+    from transformer_lab.exercises.template import answers_template
+
+    if path.exists():
+        return _fail(f"{path} exists; give another file name, e.g. check {chapter} --template NEW.py")
+    try:
+        text = answers_template(chapter)
+        with path.open("x", encoding="utf-8") as f:
+            f.write(text)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    print(f"wrote {path}: fill in each function, then run python -m transformer_lab check {chapter} {path}")
+    return 0
 
 
 # ------------------------------------------------------------------ the capstone (chapter 8)
@@ -139,8 +169,9 @@ def _train(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     try:
+        warmup = args.warmup if args.warmup is not None else min(TrainConfig.warmup, args.max_iters // 10)
         tc = TrainConfig(max_iters=args.max_iters, batch_size=args.batch_size, block_size=args.block_size,
-                         lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, eval_interval=args.eval_interval,
+                         lr=args.lr, min_lr=args.min_lr, warmup=warmup, eval_interval=args.eval_interval,
                          eval_iters=args.eval_iters, seed=args.seed, weight_decay=args.weight_decay)
         corpus = load_corpus(args.text)
         check_corpus(corpus, tc)
@@ -335,11 +366,17 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m transformer_lab", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m transformer_lab",
+                     description="Transformer Math Lab: grade exercise answers (check), and train, sample and "
+                                 "benchmark the chapter 8 mini-GPT (train, sample, bench).")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", help="grade a file of exercise answers for one chapter")
+    p = sub.add_parser("check", help="grade a file of exercise answers for one chapter",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=CHECK_HELP)
     p.add_argument("chapter", type=int, help="chapter number, 1-8")
-    p.add_argument("answers", help="a .py file defining the exercise functions")
+    p.add_argument("answers", nargs="?",
+                   help="the answers file (.py) to grade; with --template, the file to write (default answers-chN.py)")
+    p.add_argument("--template", action="store_true",
+                   help="write a blank answers file (one stub per exercise) instead of grading; never overwrites")
     p.set_defaults(func=_check)
 
     from transformer_lab.gpt import POSITIONS, GPTConfig
@@ -360,22 +397,36 @@ def build_parser() -> argparse.ArgumentParser:
     for name, default in (("n_layer", m.n_layer), ("n_head", m.n_head), ("d_model", m.d_model),
                           ("dropout", m.dropout), ("max_iters", t.max_iters), ("batch_size", t.batch_size),
                           ("block_size", t.block_size), ("lr", t.lr), ("min_lr", t.min_lr),
-                          ("warmup", t.warmup), ("weight_decay", t.weight_decay),
+                          ("weight_decay", t.weight_decay),
                           ("eval_interval", t.eval_interval), ("eval_iters", t.eval_iters), ("seed", t.seed)):
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=type(default), default=default,
                        help=f"(default {default})")
+    p.add_argument("--warmup", type=int, default=None,
+                   help=f"linear warm-up steps, fewer than --max-iters (default {t.warmup}, or a tenth of "
+                        f"--max-iters when that is smaller: --max-iters 10 warms up for 1 step)")
     p.add_argument("--positions", choices=POSITIONS, default=m.positions)
     p.set_defaults(func=_train)
 
     p = sub.add_parser("sample", help="generate text from a checkpoint (default: the shipped one)")
-    p.add_argument("--checkpoint", help="checkpoint NAME.json (default: the shipped Shakespeare model)")
-    p.add_argument("--prompt", default="ROMEO:\n")
-    p.add_argument("--tokens", type=int, default=500)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--greedy", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint", help="checkpoint NAME.json to sample from (default: the shipped Shakespeare "
+                                        "model, transformer_lab/checkpoints/shakespeare.json)")
+    p.add_argument("--prompt", default="ROMEO:\n", help="the text the sample continues (default %(default)r)")
+    p.add_argument("--tokens", type=int, default=500,
+                   help=f"how many characters to generate, 0 to {MAX_TOKENS:,} (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="divide the logits by this number > 0 before sampling: below 1 sharper, above 1 flatter "
+                        "(default %(default)s)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="sample only from the k most probable characters, k >= 1 (default: all of them)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="sample only from the fewest most probable characters whose probabilities add up to at "
+                        "least p, 0 < p <= 1 (default: no cut-off)")
+    p.add_argument("--greedy", action="store_true",
+                   help="take the most probable character at every step instead of sampling; --temperature, "
+                        "--top-k, --top-p and --seed then do not matter (default: off)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the sampling generator: the same seed and options give the same text "
+                        "(default %(default)s)")
     p.set_defaults(func=_sample)
 
     p = sub.add_parser("bench", help="run the capstone's benchmarks (ratios measured in one run)")
