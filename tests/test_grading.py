@@ -4,6 +4,7 @@ prints, writes into the grader's pipe, patches a checker or imports a reference.
 format (.py, .ipynb, the chapter's .md), and a folder of submissions grades into one CSV."""
 
 import csv
+import importlib
 import textwrap
 
 import jupytext
@@ -11,7 +12,7 @@ import nbformat
 import pytest
 
 from transformer_lab import grading
-from transformer_lab.exercises import registry
+from transformer_lab.exercises import hidden_cases, registry
 
 RIGHT = textwrap.dedent('''
     import math
@@ -167,3 +168,43 @@ def test_bad_submissions_are_refused_clearly(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no submissions"):
         grading.grade_folder(1, tmp_path / "empty", tmp_path / "x.csv")
+
+
+@pytest.mark.parametrize("chapter", range(1, 9))
+def test_hidden_cases_keep_every_catalogue_verdict(chapter):
+    """On the hidden cases every correct alternative of the chapter's catalogue still passes and every typical
+    wrong answer still fails: the hidden cases test the same thing on other inputs."""
+    catalogue = importlib.import_module(f"test_exercises_ch{chapter}").CATALOGUE
+    exercises = registry(chapter)
+    with hidden_cases("a lecturer's secret"):
+        for name, entry in catalogue.items():
+            for right in entry["right"]:
+                assert exercises[name](right).passed, (name, right, exercises[name](right).message)
+            for wrong, _ in entry["wrong"]:
+                assert not exercises[name](wrong).passed, (name, wrong)
+
+
+def test_an_answer_fitted_to_the_public_cases_fails_the_hidden_ones(tmp_path):
+    """A submission that returns the public cases' answers from a table passes in the notebook and fails
+    ``check --hidden``; the honest answers pass both."""
+    namespace = {}
+    exec(RIGHT, namespace)
+    table = {}
+
+    def recording(query, key, value, mask=None):
+        out = namespace["attention"](query, key, value, mask)
+        table[round(float(query.sum()), 6)] = out.tolist()
+        return out
+
+    assert registry(1)["attention"](recording).passed
+    fitted = RIGHT + "\n\nTABLE = " + repr(table) + textwrap.dedent('''
+
+        def attention(query, key, value, mask=None):
+            return torch.tensor(TABLE[round(float(query.sum()), 6)], dtype=query.dtype)
+        ''')
+    (tmp_path / "fitted.py").write_text(fitted)
+    public = {r.name: r for r in grading.grade(1, tmp_path / "fitted.py")}
+    assert public["attention"].passed
+    hidden = {r.name: r for r in grading.grade(1, tmp_path / "fitted.py", hidden="k")}
+    assert not hidden["attention"].passed and "hidden cases fail" in hidden["attention"].message
+    assert hidden["split_heads"].passed and "hidden cases" in hidden["split_heads"].message

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_lab._wire import decode, encode, receive, send
-from transformer_lab.exercises import CheckResult, registry
+from transformer_lab.exercises import CheckResult, hidden_cases, registry
 
 DEFAULT_TIMEOUT = 10.0  # seconds of the child's time per exercise
 DEFAULT_MEMORY_MB = 4096  # the child's address-space limit (torch itself maps about 1 GiB)
@@ -179,10 +179,11 @@ class Child:
         self.scratch.cleanup()
 
 
-def grade(chapter: int, path: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
-          memory_mb: int = DEFAULT_MEMORY_MB) -> list[CheckResult]:
+def grade(chapter: int, path: str | Path, *, timeout: float = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB,
+          hidden: str | None = None) -> list[CheckResult]:
     """Every exercise of ``chapter`` on the functions the submission at ``path`` defines, each within ``timeout``
-    seconds of the student's code; the student's code runs in a child process (see the module docstring)."""
+    seconds of the student's code; the student's code runs in a child process (see the module docstring).
+    With ``hidden`` (the instructor's key) an exercise passes only if it also passes its hidden cases."""
     exercises = registry(chapter)
     cells = submission_cells(path)
     child: Child | None = None
@@ -200,7 +201,13 @@ def grade(chapter: int, path: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
                 results.append(CheckResult(name, False, f"{Path(path).name} defines no function named {name!r}"
                                                         + _cell_error_note(child.cell_errors)))
                 continue
-            results.append(_run_checker(name, checker, child, timeout))
+            result = _run_checker(name, checker, child, timeout)
+            if result.passed and hidden is not None:
+                with hidden_cases(hidden):
+                    secret = _run_checker(name, checker, child, timeout)
+                result = (CheckResult(name, True, result.message + "; and its hidden cases") if secret.passed else
+                          CheckResult(name, False, "public cases pass, hidden cases fail: " + secret.message))
+            results.append(result)
     finally:
         if child is not None:
             child.close()
@@ -236,7 +243,7 @@ CSV_FIELDS = ("student", "exercise", "passed", "message")
 
 
 def grade_folder(chapter: int, folder: str | Path, csv_path: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
-                 memory_mb: int = DEFAULT_MEMORY_MB) -> list[dict]:
+                 memory_mb: int = DEFAULT_MEMORY_MB, hidden: str | None = None) -> list[dict]:
     """Grade every submission in ``folder`` (``.py``, ``.ipynb``, ``.md``; the student is the file's name without
     its suffix) into one CSV with columns student, exercise, passed (1/0), message. Returns the rows."""
     folder = Path(folder)
@@ -246,7 +253,7 @@ def grade_folder(chapter: int, folder: str | Path, csv_path: str | Path, *, time
     rows = []
     for path in paths:
         try:
-            results = grade(chapter, path, timeout=timeout, memory_mb=memory_mb)
+            results = grade(chapter, path, timeout=timeout, memory_mb=memory_mb, hidden=hidden)
         except (ValueError, OSError) as exc:
             results = [CheckResult(name, False, str(exc)) for name in registry(chapter)]
         rows += [{"student": path.stem, "exercise": r.name, "passed": int(r.passed), "message": r.message}

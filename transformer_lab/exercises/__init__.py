@@ -10,11 +10,15 @@ Grade a whole file of answers with ``python -m transformer_lab check N answers.p
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
 import html
 import importlib
 import importlib.util
 import inspect
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,15 +48,46 @@ class CheckResult:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        """The verdict as a notebook (and the website) shows it: `code` in the message as ``<code>``; an exercise
+        still at its stub gets a neutral note saying where to check it, not a red failure."""
+        if not self.passed and self.message.startswith(_NOT_WRITTEN):
+            return (f'<div class="tl-check tl-check-todo"><strong>✎ {html.escape(self.name)}</strong>: write your '
+                    f"answer in place of <code>raise NotImplementedError</code>, then run this in Jupyter to check "
+                    f"your answer.</div>")
         cls = "tl-check-pass" if self.passed else "tl-check-fail"
         mark = "✓" if self.passed else "✗"
-        return (f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: '
-                f"{html.escape(self.message)}</div>")
+        message = _CODE.sub(lambda m: f"<code>{m[1]}</code>", html.escape(self.message))
+        return f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: {message}</div>'
+
+
+_NOT_WRITTEN = "not written yet"
+_CODE = re.compile(r"`([^`]+)`")  # `code` in a message, shown as <code> in HTML
+
+
+_HIDDEN_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("hidden_key", default=None)
 
 
 def generator(seed: int) -> torch.Generator:
-    """A seeded generator, so that every checker draws the same cases every time."""
+    """A seeded generator, so that every checker draws the same cases every time: the *public* cases a student
+    sees in the notebook. Inside :func:`hidden_cases` the seed is mixed with the instructor's key, so the same
+    checkers draw other inputs (their hand-written edge cases stay)."""
+    key = _HIDDEN_KEY.get()
+    if key is not None:
+        seed = int.from_bytes(hashlib.sha256(f"{key}\x00{seed}".encode()).digest()[:8], "little") >> 1
     return torch.Generator().manual_seed(seed)
+
+
+@contextlib.contextmanager
+def hidden_cases(key: str):
+    """Run checkers on the *hidden* cases drawn from ``key``, a secret of the instructor's (``check --hidden``):
+    an answer written to fit the public cases fails them, a correct one passes both."""
+    if not isinstance(key, str) or not key:
+        raise ValueError("the hidden cases need a non-empty key (a secret string of the instructor's)")
+    token = _HIDDEN_KEY.set(key)
+    try:
+        yield
+    finally:
+        _HIDDEN_KEY.reset(token)
 
 
 def randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -250,7 +285,7 @@ def check_expression(name: str, fn: Callable, reference: Callable, cases: Iterab
     a sum of logarithms simplify does not combine. Symbols are matched by name (a student's ``Symbol("t")`` is the
     book's ``Symbol("t", positive=True)``); ``symbols`` names those an answer may use (default: the expected
     answer's). ``hints`` are ``(mistake, hint)`` pairs: a hint is added when the answer equals ``mistake``'s on every
-    case. A float in the answer is refused: a derivation's answer is exact.
+    case. A float in the answer is refused: a derivation's answer is exact. A column vector may be given as a list.
     """
     cases = list(cases)
     allowed = None if symbols is None else list(symbols)
@@ -261,11 +296,25 @@ def check_expression(name: str, fn: Callable, reference: Callable, cases: Iterab
     if result.passed or result.message.startswith("not written yet"):
         return result
     for mistake, hint in hints:
-        same = check_function(name, fn, mistake, cases, compare=lambda got, expected: _expression_difference(
-            got, expected, allowed))
+        same = check_function(name, fn, _by_position(mistake, reference), cases,
+                              compare=lambda got, expected: _expression_difference(got, expected, allowed))
         if same.passed:
             return CheckResult(name, False, f"{result.message}. Hint: {hint}")
     return result
+
+
+def _by_position(mistake: Callable, reference: Callable) -> Callable:
+    """``mistake`` called as ``reference`` is: its arguments by position (keyword-only ones by name), whatever
+    ``mistake`` names its parameters."""
+    params = inspect.signature(reference).parameters
+    keyword = [p for p in params if params[p].kind is inspect.Parameter.KEYWORD_ONLY]
+
+    def call(**kwargs):
+        return mistake(*(kwargs[p] for p in params if p in kwargs and p not in keyword),
+                       **{p: kwargs[p] for p in keyword if p in kwargs})
+
+    call.__signature__ = inspect.signature(reference)
+    return call
 
 
 _POINTS = 6  # random rational points where an undecided difference must vanish
@@ -282,6 +331,8 @@ def _expression_difference(got: Any, expected: Any, allowed: list | None) -> str
         return f"the answer is the equation {got}; return the expression itself (its right-hand side)"
     if isinstance(got, float):
         got = sp.Float(got)  # refused below with the exact-numbers message
+    if isinstance(got, list | tuple) and isinstance(expected, sp.MatrixBase) and expected.shape[1] == 1:
+        got = sp.Matrix(got)  # a vector answer may be a list of its entries
     if isinstance(got, bool) or not isinstance(got, sp.Basic | sp.MatrixBase | int):
         return f"the answer should be a SymPy expression, got {type(got).__name__} {_short(got)}"
     got, expected = sp.sympify(got), sp.sympify(expected)

@@ -76,7 +76,7 @@ def _attention_reference(query, key, value, mask=None):
 
 
 def _attention_cases(seed: int = 0):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"query": randn(gen, 3, 2), "key": randn(gen, 4, 2), "value": randn(gen, 4, 3)}
     yield {"query": randn(gen, 2, 5, 8), "key": randn(gen, 2, 6, 8), "value": randn(gen, 2, 6, 4)}
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
@@ -163,7 +163,7 @@ def _split_reference(x, n_head):
 
 
 def _split_cases(seed: int = 1):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"x": randn(gen, 1, 2, 4), "n_head": 2}
     yield {"x": randn(gen, 2, 5, 12), "n_head": 3}
     yield {"x": randn(gen, 3, 1, 8), "n_head": 4}
@@ -187,7 +187,7 @@ def _embed_compare(got, expected) -> str | None:
 
 
 def _embed_cases(seed: int = 2):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"idx": torch.tensor([2]), "weight": randn(gen, 5, 3)}
     yield {"idx": torch.tensor([[0, 4, 4], [1, 2, 3]]), "weight": randn(gen, 5, 3)}
     yield {"idx": torch.randint(0, 11, (2, 7), generator=gen), "weight": randn(gen, 11, 6)}
@@ -262,7 +262,7 @@ def _closest_reference(key, target):
 
 
 def _closest_cases(seed: int = 3):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"key": randn(gen, 5, 2), "target": randn(gen, 5)}
     yield {"key": randn(gen, 7, 3), "target": randn(gen, 7)}
     yield {"key": randn(gen, 4, 1), "target": torch.tensor([1.0, -1.0, 2.0, 0.5], dtype=torch.float64)}
@@ -296,7 +296,7 @@ def _gaps_cases(seed: int = 4):
     from transformer_lab.backprop import gelu
     from transformer_lab.norm import layer_norm
 
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     W = randn(gen, 6, 6)
     yield {"f": gelu, "x": randn(gen, 3, 6), "y": randn(gen, 3, 6)}
     yield {"f": layer_norm, "x": randn(gen, 2, 6), "y": randn(gen, 2, 6)}

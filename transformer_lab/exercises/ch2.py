@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from transformer_lab.exercises import CheckResult, check_function, randn
+from transformer_lab.exercises import CheckResult, check_function, generator, randn
 from transformer_lab.sampling import filter_logits
 from transformer_lab.softmax import log_softmax
 from transformer_lab.softmax import softmax as _softmax
@@ -87,7 +87,7 @@ def _softmax_reference(z):
 
 
 def _softmax_cases(seed: int = 0):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"z": randn(gen, 5)}
     yield {"z": randn(gen, 3, 7, scale=4)}
     yield {"z": randn(gen, 2, 4) + 1000.0}  # exp(1000) overflows: only a shifted softmax survives
@@ -148,7 +148,7 @@ def _jacobian_reference(z):
 
 
 def _jacobian_cases(seed: int = 4):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"z": torch.tensor([1.0, 0.0, -1.0], dtype=torch.float64)}
     yield {"z": randn(gen, 4, 5, scale=2)}  # a batch: one n x n matrix per row
     yield {"z": torch.tensor([[3.0, 3.0, 0.0, -2.0]], dtype=torch.float64) + 1000.0}  # needs the stable softmax
@@ -201,7 +201,7 @@ def _temperature_limit_reference(z, T):
 
 
 def _temperature_limit_cases(seed: int = 5):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     z = torch.tensor([1.5, 0.25, -0.5], dtype=torch.float64)
     yield {"z": z, "T": 0.0}
     yield {"z": z, "T": math.inf}
@@ -283,7 +283,7 @@ def _top_p_reference(logits, top_p):
 
 
 def _top_p_cases(seed: int = 1):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"logits": torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0], dtype=torch.float64), "top_p": 0.7}
     yield {"logits": torch.tensor([0.0, 3.0, 1.0, 2.0], dtype=torch.float64), "top_p": 0.5}  # unsorted
     yield {"logits": randn(gen, 4, 20, scale=2), "top_p": 0.9}
@@ -342,7 +342,7 @@ def _seq_reference(logits, tokens):
 
 
 def _seq_cases(seed: int = 2):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     yield {"logits": randn(gen, 4, 6), "tokens": torch.randint(0, 6, (4,), generator=gen)}
     yield {"logits": randn(gen, 3, 5, 9, scale=3), "tokens": torch.randint(0, 9, (3, 5), generator=gen)}
     yield {"logits": randn(gen, 2, 30) * 300 + 800, "tokens": torch.randint(0, 30, (2,), generator=gen)}  # huge
@@ -396,7 +396,7 @@ def _chi2_reference(counts, probs):
 
 
 def _chi2_cases(seed: int = 3):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
     yield {"counts": torch.tensor([48, 33, 19]), "probs": p}
     q = torch.softmax(randn(gen, 4, 6), -1)

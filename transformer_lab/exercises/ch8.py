@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from transformer_lab.attention import scaled_dot_product_attention
-from transformer_lab.exercises import CheckResult, check_function, describe_difference, randn
+from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator, randn
 from transformer_lab.gpt import GPT, GPTConfig
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_count_params",
@@ -59,7 +59,7 @@ def _windows_reference(ids, block_size):
 
 def check_lm_windows(fn) -> CheckResult:
     """``lm_windows(ids, block_size) -> (x, y)``: consecutive non-overlapping windows x (N, T), y = x shifted by 1."""
-    gen = torch.Generator().manual_seed(8)
+    gen = generator(8)
     cases = [dict(ids=torch.arange(10), block_size=3), dict(ids=torch.arange(13), block_size=4),
              dict(ids=torch.randint(0, 60, (101,), generator=gen), block_size=10),
              dict(ids=torch.arange(5), block_size=4),
@@ -90,21 +90,23 @@ def check_attend_with_cache(fn) -> CheckResult:
     and value (B, h, 1, d_v) to the caches (B, h, t, d) and (B, h, t, d_v), then attend with the one new query
     q (B, h, 1, d), scores scaled by 1/sqrt(d); out is (B, h, 1, d_v).
 
-    Case 4 has queries of size ~1000 (float64): a softmax that does not subtract the row maximum overflows there.
+    Case 4 gives the new key a score of 1000 (float64): a softmax that does not subtract the row maximum overflows
+    there.
     """
-    gen = torch.Generator().manual_seed(9)
+    gen = generator(9)
 
     def r(*shape):
         return randn(gen, *shape)
 
+    big = r(1, 2, 1, 4)
     cases = [dict(q=r(1, 1, 1, 4), k_cache=r(1, 1, 3, 4), v_cache=r(1, 1, 3, 4), k_new=r(1, 1, 1, 4),
                   v_new=r(1, 1, 1, 4)),
              dict(q=r(2, 3, 1, 8), k_cache=r(2, 3, 5, 8), v_cache=r(2, 3, 5, 2), k_new=r(2, 3, 1, 8),
                   v_new=r(2, 3, 1, 2)),
              dict(q=r(1, 2, 1, 4), k_cache=r(1, 2, 0, 4), v_cache=r(1, 2, 0, 4), k_new=r(1, 2, 1, 4),
                   v_new=r(1, 2, 1, 4)),
-             dict(q=randn(gen, 1, 2, 1, 4, scale=1e3), k_cache=r(1, 2, 3, 4), v_cache=r(1, 2, 3, 4),
-                  k_new=r(1, 2, 1, 4), v_new=r(1, 2, 1, 4))]  # scores up to ~900: exp overflows without the max
+             dict(q=2e3 * big / (big**2).sum(-1, keepdim=True), k_cache=r(1, 2, 3, 4), v_cache=r(1, 2, 3, 4),
+                  k_new=big, v_new=r(1, 2, 1, 4))]  # the new key's score is 1000 whatever the draw: e^1000 = inf
 
     def compare(got, expected):
         if isinstance(got, tuple | list) and len(got) == len(expected):
@@ -147,7 +149,7 @@ def _causal_weights(gen, *shape, scale=1.0):
 def check_attention_entropy(fn) -> CheckResult:
     """``attention_entropy(w) -> (..., T)``: the entropy in nats, -Σ_j w_ij ln w_ij, of each row of attention
     weights w (..., T, T), a zero weight (a masked key) adding 0 since x ln x -> 0 as x -> 0."""
-    gen = torch.Generator().manual_seed(10)
+    gen = generator(10)
     cases = [dict(w=_causal_weights(gen, 4, 4)), dict(w=_causal_weights(gen, 2, 3, 6, 6, scale=3.0)),
              dict(w=torch.full((1, 5), 0.2, dtype=torch.float64)),  # one uniform row: ln 5
              dict(w=torch.eye(3, dtype=torch.float64))]  # one-hot rows: entropy 0
