@@ -216,3 +216,17 @@ def test_check_expression_decides_by_random_points_where_simplify_cannot(monkeyp
     near = check_expression("near", lambda: sp.sin(x) ** 2 + sp.cos(x) ** 2 + x / 10**20, lambda: sp.Integer(1),
                             symbols=[x])
     assert not near.passed and "at x = " in near.message
+
+
+def test_check_expression_takes_a_list_for_a_column_vector():
+    x, y = sp.symbols("x y")
+    assert check_expression("v", lambda: [x, y], lambda: sp.Matrix([x, y])).passed
+    assert "entry (1, 0) simplifies to x, expected y" in check_expression("v", lambda: [x, x],
+                                                                          lambda: sp.Matrix([x, y])).message
+
+
+def test_check_expression_hints_whatever_the_mistake_names_its_parameters():
+    beta, t = sp.Symbol("beta_1", positive=True), sp.Symbol("t", integer=True, positive=True)
+    result = check_expression("bias", lambda beta1, t: beta1**t, lambda beta1, t: 1 - beta1**t,
+                              [{"beta1": beta, "t": t}], hints=[(lambda b, n: b**n, "1 minus that")])
+    assert result.message.endswith("Hint: 1 minus that"), result.message
