@@ -241,30 +241,37 @@ def test_sample_at_a_tiny_temperature_is_argmax_in_float16(world, capsys):
 
 # ------------------------------------------------------------------ check and bench
 def test_check_bad_input(world, tmp_path, capsys):
-    (tmp_path / "syntax.py").write_text("def f(:\n")
-    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
     (tmp_path / "big.py").write_text("#" * (cli.MAX_ANSWERS_BYTES + 1))
-    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
-    (tmp_path / "latin.py").write_bytes("s = '\u00e9'\n".encode("latin-1"))
     (tmp_path / "empty.py").write_text("")
+    (tmp_path / "answers.txt").write_text("")
+    (tmp_path / "nothing-here").mkdir()
     for argv, words in ((["check", "9", str(tmp_path / "empty.py")], "no chapter 9"),
                         (["check", "0", str(tmp_path / "empty.py")], "no chapter 0"),
                         (["check", "x", str(tmp_path / "empty.py")], "invalid int value"),
                         (["check", "1", str(tmp_path / "nothing.py")], "not found"),
-                        (["check", "1", str(tmp_path)], "is a directory"),
-                        (["check", "1", str(tmp_path / "syntax.py")], "could not be imported"),
-                        (["check", "1", str(tmp_path / "exits.py")], "sys.exit(3)"),
+                        (["check", "1", str(tmp_path / "nothing-here")], "holds no submissions"),
+                        (["check", "1", str(tmp_path / "answers.txt")], "a .py file, a notebook (.ipynb)"),
                         (["check", "1", str(tmp_path / "big.py")], "at most"),
-                        (["check", "1", str(tmp_path / "nul.py")], "could not be imported"),
-                        (["check", "1", str(tmp_path / "latin.py")], "could not be imported"),
+                        (["check", "1", str(tmp_path / "empty.py"), "--timeout", "0"], "a positive number"),
+                        (["check", "1", str(tmp_path / "empty.py"), "--timeout", "nan"], "--timeout must be"),
+                        (["check", "1", str(tmp_path / "empty.py"), "--memory-mb", "0"], "--memory-mb must be"),
+                        (["check", "1", str(tmp_path / "empty.py"), "--hidden", ""], "--hidden needs"),
                         (["check"], "required")):
         _fails_cleanly(argv, tmp_path, capsys, words)
 
 
-def test_check_of_an_empty_answers_file_grades_and_leaves_no_pycache(tmp_path, capsys):
-    (tmp_path / "empty.py").write_text("")
-    assert cli.main(["check", "8", str(tmp_path / "empty.py")]) == 1  # graded: every exercise missing
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.py"]
+@pytest.mark.parametrize(("source", "words"), [
+    ("def f(:\n", "SyntaxError"),
+    ("import sys\nsys.exit(3)\n", "called sys.exit(3)"),
+    ("x = 1\x00\n", "null bytes"),
+    ("import transformer_lab.exercises\n", "cannot be imported by a graded submission"),
+])
+def test_a_submission_that_does_not_load_is_graded_with_the_reason(tmp_path, capsys, source, words):
+    (tmp_path / "answers.py").write_text(source)
+    assert cli.main(["check", "8", str(tmp_path / "answers.py")]) == 1  # graded: every exercise ✗, with why
+    out = capsys.readouterr().out
+    assert "0 of" in out and words in out and "Traceback" not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.py"]
 
 
 def test_bench_bad_input(tmp_path, capsys):

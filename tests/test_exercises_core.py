@@ -101,8 +101,8 @@ def test_check_file_and_cli(fake_chapter, tmp_path, capsys):
     assert main(["check", str(fake_chapter), str(bad)]) == 1
     assert main(["check", str(fake_chapter), str(missing)]) == 1
     assert "defines no function named 'double'" in capsys.readouterr().out
-    assert main(["check", str(fake_chapter), str(broken)]) == 2
-    assert "could not be imported: SyntaxError" in capsys.readouterr().err
+    assert main(["check", str(fake_chapter), str(broken)]) == 1  # graded in its own process: ✗ with the reason
+    assert "cell 1 of the submission raised SyntaxError" in capsys.readouterr().out
     assert main(["check", str(fake_chapter), str(tmp_path / "nope.py")]) == 2
     assert "not found" in capsys.readouterr().err
     assert main(["check", "42", str(good)]) == 2

@@ -30,7 +30,7 @@ class _NoBookPackage:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        return f"the function called sys.exit({exc.code!r})"
+        return f"called sys.exit({exc.code!r})"
     return str(exc)[:500]
 
 

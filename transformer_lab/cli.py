@@ -20,15 +20,21 @@ MAX_ANSWERS_BYTES = 2**20  # an answers file is a few kB of Python
 MAX_TEXT_BYTES = 128 * 2**20  # --text: the character tokenizer holds a Python int per character while encoding
 MAX_TOKENS = 1_000_000  # sample --tokens
 MAX_SEED = 2**63 - 2
-CHECK_HELP = """Grade a file of answers to the exercises of chapter N.
+CHECK_HELP = """Grade answers to the exercises of chapter N.
 
-An answers file is a Python file (.py) that defines one function per exercise of the
-chapter, named as in the chapter's exercise cells (chapter 2: stable_softmax,
-softmax_jacobian_at, ...). Each function is imported and checked against ours on fixed
-cases; a missing or unfinished one fails with a message saying what differs.
+A submission is a Python file (.py), a notebook (.ipynb) or a chapter in MyST Markdown (.md)
+that defines one function per exercise of the chapter, named as in the chapter's exercise
+cells (chapter 2: stable_softmax, softmax_jacobian_at, ...). It runs in a separate process
+(a time limit per exercise, a memory limit, a scratch folder, the book's package not
+importable); each answer is compared with ours on fixed cases, and a missing, unfinished,
+hanging or crashing one fails with a message saying what went wrong.
 The exit status is 0 only when every exercise passes.
 
-Get a blank one to fill in with:  python -m transformer_lab check N --template
+Grade a folder of submissions (one file per student) into one CSV:
+    python -m transformer_lab check N submissions/ --csv grades.csv
+Add the hidden cases (other inputs, drawn from your secret key) with --hidden KEY.
+
+Get a blank answers file to fill in with:  python -m transformer_lab check N --template
 (it writes answers-chN.py, one stub per exercise, and never overwrites a file)."""
 
 
@@ -47,30 +53,33 @@ def _fail(message: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from transformer_lab.exercises import check_file
+    from transformer_lab import grading
 
     if args.template:
         return _write_template(args.chapter, Path(args.answers or f"answers-ch{args.chapter}.py"))
     if args.answers is None:
-        return _fail(f"give the answers file to grade, e.g. check {args.chapter} answers.py (write a blank one with "
+        return _fail(f"give the submission to grade, e.g. check {args.chapter} answers.py (write a blank one with "
                      f"check {args.chapter} --template)")
-    path = Path(args.answers)
-    if path.is_dir():
-        return _fail(f"{path} is a directory; give a .py file defining the exercise functions")
-    if path.is_file() and path.stat().st_size > MAX_ANSWERS_BYTES:
-        return _fail(f"{path} is {path.stat().st_size:,} bytes; an answers file is a .py file of at most "
-                     f"{MAX_ANSWERS_BYTES:,} bytes")
-    saved = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True  # grading leaves no __pycache__ beside the answers
+    problem = (_positive("memory_mb", args.memory_mb) or
+               (f"--timeout must be a positive number of seconds, got {args.timeout}"
+                if not (math.isfinite(args.timeout) and args.timeout > 0) else None) or
+               ("--hidden needs a non-empty key" if args.hidden == "" else None))
+    if problem:
+        return _fail(problem)
+    path, limits = Path(args.answers), dict(timeout=args.timeout, memory_mb=args.memory_mb, hidden=args.hidden)
     try:
-        results = check_file(args.chapter, args.answers)
+        if path.is_dir():
+            out = Path(args.csv or f"grades-ch{args.chapter}.csv")
+            rows = grading.grade_folder(args.chapter, path, out, **limits)
+            print(grading.summary(rows))
+            print(f"wrote {out}: {len(rows)} rows (student, exercise, passed, message)")
+            return 0
+        if path.is_file() and path.stat().st_size > MAX_ANSWERS_BYTES:
+            return _fail(f"{path} is {path.stat().st_size:,} bytes; a submission is at most "
+                         f"{MAX_ANSWERS_BYTES:,} bytes")
+        results = grading.grade(args.chapter, path, **limits)
     except (FileNotFoundError, ValueError, OSError) as exc:
         return _fail(str(exc))
-    except SystemExit as exc:
-        return _fail(f"{path} called sys.exit({exc.code!r}) while being imported; an answers file only defines "
-                     "functions")
-    finally:
-        sys.dont_write_bytecode = saved
     for r in results:
         print(r)
     passed = sum(r.passed for r in results)
@@ -374,9 +383,18 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter, description=CHECK_HELP)
     p.add_argument("chapter", type=int, help="chapter number, 1-8")
     p.add_argument("answers", nargs="?",
-                   help="the answers file (.py) to grade; with --template, the file to write (default answers-chN.py)")
+                   help="the submission to grade (.py, .ipynb or .md), or a folder of them; with --template, the "
+                        "file to write (default answers-chN.py)")
     p.add_argument("--template", action="store_true",
                    help="write a blank answers file (one stub per exercise) instead of grading; never overwrites")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds the student's code may take per exercise (default 10)")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="memory limit of the student's process, in MiB (default 4096)")
+    p.add_argument("--hidden", metavar="KEY", default=None,
+                   help="also grade on the hidden cases drawn from KEY, your secret (default: public cases only)")
+    p.add_argument("--csv", default=None,
+                   help="for a folder: the CSV to write (default grades-chN.csv in the current folder)")
     p.set_defaults(func=_check)
 
     from transformer_lab.gpt import POSITIONS, GPTConfig
