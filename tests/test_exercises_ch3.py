@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import sympy as sp
 import torch
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
@@ -319,7 +320,126 @@ def hb_companion(A, theta0, lr, beta, steps):  # (θ, v) ← linear map of (θ, 
     return torch.stack(rows)
 
 
+# ---------------------------------------------------------------- mini-batch SGD, E[m_t], the noisy descent lemma
+def sgd_epoch(X, y, w, lr, batch_size, seed):
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    for batch in order.split(batch_size):
+        Xb, yb = X[batch], y[batch]
+        w = w - lr * Xb.T @ (Xb @ w - yb) / len(batch)
+    return w
+
+
+def sgd_autograd(X, y, w, lr, batch_size, seed):  # the loss written out, its gradient by autograd
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed)).tolist()
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        w = w.detach().requires_grad_()
+        loss = 0.5 * ((X[idx] @ w - y[idx]) ** 2).mean()
+        (grad,) = torch.autograd.grad(loss, w)
+        w = (w - lr * grad).detach()
+    return w
+
+
+def sgd_numpy(X, y, w, lr, batch_size, seed):
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed)).numpy()
+    Xn, yn, wn = X.numpy(), y.numpy(), w.numpy().copy()
+    for batch in np.array_split(order, range(batch_size, len(order), batch_size)):
+        wn -= lr * Xn[batch].T @ (Xn[batch] @ wn - yn[batch]) / len(batch)
+    return torch.from_numpy(wn)
+
+
+def sgd_in_order(X, y, w, lr, batch_size, seed):
+    for batch in torch.arange(len(X)).split(batch_size):
+        w = w - lr * X[batch].T @ (X[batch] @ w - y[batch]) / len(batch)
+    return w
+
+
+def sgd_drop_last(X, y, w, lr, batch_size, seed):
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    for batch in order.split(batch_size):
+        if len(batch) == batch_size:
+            w = w - lr * X[batch].T @ (X[batch] @ w - y[batch]) / batch_size
+    return w
+
+
+def sgd_sum(X, y, w, lr, batch_size, seed):
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    for batch in order.split(batch_size):
+        w = w - lr * X[batch].T @ (X[batch] @ w - y[batch])
+    return w
+
+
+def sgd_by_batch_size(X, y, w, lr, batch_size, seed):
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    for batch in order.split(batch_size):
+        w = w - lr * X[batch].T @ (X[batch] @ w - y[batch]) / batch_size
+    return w
+
+
+def sgd_stale(X, y, w, lr, batch_size, seed):
+    order, w0 = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed)), w
+    for batch in order.split(batch_size):
+        w = w - lr * X[batch].T @ (X[batch] @ w0 - y[batch]) / len(batch)
+    return w
+
+
+def sgd_full_batch(X, y, w, lr, batch_size, seed):
+    return w - lr * X.T @ (X @ w - y) / len(X)
+
+
+def first_moment_sum(beta1, t, g, m0):  # SymPy sums the series itself
+    k = sp.Symbol("k", integer=True, positive=True)
+    return beta1**t * m0 + sp.summation((1 - beta1) * beta1 ** (t - k) * g, (k, 1, t))
+
+
+def first_moment_rsolve(beta1, t, g, m0):  # the recursion solved as a difference equation, plain symbols
+    m, k = sp.Function("m"), sp.Symbol("k", integer=True)
+    b = sp.Symbol("beta_1")
+    return sp.rsolve(m(k + 1) - b * m(k) - (1 - b) * g, m(k), {m(0): m0}).subs(k, t)
+
+
+def first_moment_closed(beta1, t, g, m0):
+    return g + beta1**t * (m0 - g)
+
+
+def step_limit_solve(L, G, sigma2):
+    eta = sp.Symbol("eta", positive=True)
+    return sp.solve(sp.Eq(-eta * G + L / 2 * eta**2 * (G + sigma2), 0), eta)[0]
+
+
 CATALOGUE = {
+    "sgd_epoch": {
+        "wrong": [(sgd_in_order, ["differs", "seeded permutation"]),
+                  (sgd_drop_last, ["differs", "N mod b", "keep it"]),
+                  (sgd_sum, ["differs", "mean over the batch", "not an unbiased"]),
+                  (sgd_by_batch_size, ["differs", "case 2", "its own size"]),
+                  (sgd_stale, ["differs", "starting w"]),
+                  (sgd_full_batch, ["differs", "full-batch"]),
+                  (lambda X, y, w, lr, batch_size, seed: (w, w), ["should be a Tensor, got tuple"]),
+                  (lambda X, y, w, lr, batch_size, seed: sgd_epoch(X.float(), y.float(), w.float(), lr, batch_size,
+                                                                   seed), ["differs", "single precision"])],
+        "right": [sgd_autograd, sgd_numpy],
+    },
+    "expected_first_moment": {
+        "wrong": [(lambda b, t, g, m0: (1 - b**t) * g, ["simplifies to g*(1 - beta_1**t)", "β₁ᵗm₀"]),
+                  (lambda b, t, g, m0: b**t * m0 + g, ["expected", "sum to 1 − β₁ᵗ"]),
+                  (lambda b, t, g, m0: b ** (t + 1) * m0 + (1 - b ** (t + 1)) * g, ["not t + 1"]),
+                  (lambda b, t, g, m0: b**t * m0 + (1 - b**t) * g / (1 - b), ["not β₁^{t−k}"]),
+                  (lambda b, t, g, m0: b**t * m0 + (1 - b) * g, ["newest gradient"]),
+                  (lambda b, t, g, m0: "beta_1**t*m_0 + (1 - beta_1**t)*g", ["the string", "not a SymPy expression"]),
+                  (lambda b, t, g, m0: 0.9**t * m0 + (1 - 0.9**t) * g, ["floating-point"]),
+                  (lambda b, t, g, m0: sp.Symbol("beta_2") ** t * m0 + (1 - b**t) * g, ["uses beta_2"])],
+        "right": [first_moment_sum, first_moment_rsolve, first_moment_closed],
+    },
+    "sgd_step_limit": {
+        "wrong": [(lambda L, G, sigma2: 2 / L, ["simplifies to 2/L", "E‖g_B‖² = G + σ²"]),
+                  (lambda L, G, sigma2: G / (L * (G + sigma2)), ["vertex of the parabola"]),
+                  (lambda L, G, sigma2: 2 * G / (L * sigma2), ["the squared mean G stays"]),
+                  (lambda L, G, sigma2: 2 / (L * (G + sigma2)), ["in the numerator too"]),
+                  (lambda L, G, sigma2: 2 * (G + sigma2) / (L * G), ["upside down"]),
+                  (lambda L, G, sigma2: 2 * G / (L * (G + sigma2**2)), ["expected 2*G/(L*(G + sigma2))", "!Hint"])],
+        "right": [step_limit_solve, lambda L, G, sigma2: 2 / (L * (1 + sigma2 / G))],
+    },
     "adam_step": {
         "wrong": [(adam_no_bias_correction, ["output[0] differs", "case 1", "Hint: divide m by (1 − β₁ᵗ)"]),
                   (adam_coupled_decay, ["differs", "worst at", "L2 penalty"]),
@@ -383,14 +503,15 @@ CATALOGUE = {
 def test_registry():
     assert registry(3) == ch3.EXERCISES
     assert set(ch3.EXERCISES) == {"adam_step", "warmup_cosine_lr", "gradient_descent", "heavy_ball",
-                                  "inverted_dropout"}
+                                  "inverted_dropout", "sgd_epoch", "expected_first_moment", "sgd_step_limit"}
     assert set(CATALOGUE) == set(ch3.EXERCISES)
 
 
 def test_solutions_pass():
     for name, sol in [("adam_step", adam_step), ("warmup_cosine_lr", warmup_cosine_lr),
                       ("gradient_descent", gradient_descent), ("heavy_ball", heavy_ball),
-                      ("inverted_dropout", inverted_dropout)]:
+                      ("inverted_dropout", inverted_dropout), ("sgd_epoch", sgd_epoch),
+                      ("expected_first_moment", first_moment_sum), ("sgd_step_limit", step_limit_solve)]:
         r = ch3.EXERCISES[name](sol)
         assert r.passed, r.message
 

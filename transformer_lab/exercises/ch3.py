@@ -5,6 +5,9 @@
 * ``gradient_descent(A, theta0, lr, steps)`` — the iterates of gradient descent on ½ θᵀAθ
 * ``heavy_ball(A, theta0, lr, beta, steps)`` — the iterates of heavy-ball momentum on ½ θᵀAθ
 * ``inverted_dropout(x, keep, p)`` — dropout with a given keep-mask
+* ``sgd_epoch(X, y, w, lr, batch_size, seed)`` — one epoch of mini-batch SGD on least squares
+* ``expected_first_moment(beta1, t, g, m0)`` — E[m_t] from any start m₀ (a SymPy derivation)
+* ``sgd_step_limit(L, G, sigma2)`` — the descent lemma with a mini-batch gradient (a SymPy derivation)
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import re
 from collections.abc import Callable
 
 import numpy as np
+import sympy as sp
 import torch
 
-from transformer_lab.exercises import CheckResult, check_function, distinct_digits, generator
+from transformer_lab.exercises import CheckResult, check_expression, check_function, distinct_digits, generator
 from transformer_lab.optim import AdamW, WarmupCosine
 
 D = torch.float64
@@ -308,6 +312,123 @@ def check_inverted_dropout(fn) -> CheckResult:
     return _check("inverted_dropout", fn, _ref_inverted_dropout, cases, hints, **tol)
 
 
+# ---------------------------------------------------------------- 6. one epoch of mini-batch SGD
+def _ref_sgd_epoch(X, y, w, lr, batch_size, seed):
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    for start in range(0, len(X), batch_size):
+        batch = order[start:start + batch_size]  # the last batch holds the N mod b left over
+        Xb, yb = X[batch], y[batch]
+        w = w - lr * Xb.T @ (Xb @ w - yb) / len(batch)  # g_B = (1/|B|) Σ_{i∈B} xᵢ(xᵢᵀw − yᵢ)
+    return w
+
+
+def _sgd_variant(*, shuffle=True, drop_last=False, divide_by=None, sum_loss=False, frozen=False):
+    def run(X, y, w, lr, batch_size, seed):
+        order = (torch.randperm(len(X), generator=torch.Generator().manual_seed(seed)) if shuffle
+                 else torch.arange(len(X)))
+        w0 = w
+        for start in range(0, len(X), batch_size):
+            batch = order[start:start + batch_size]
+            if drop_last and len(batch) < batch_size:
+                break
+            Xb, yb = X[batch], y[batch]
+            at = w0 if frozen else w
+            n = 1 if sum_loss else divide_by(len(X), batch_size) if divide_by else len(batch)
+            w = w - lr * Xb.T @ (Xb @ at - yb) / n
+        return w
+    return run
+
+
+def check_sgd_epoch(fn) -> CheckResult:
+    """``fn(X (N, d), y (N,), w (d,), lr, batch_size, seed) -> w (d,)`` after one epoch of mini-batch SGD on
+    L(w) = (1/2N) Σᵢ (xᵢᵀw − yᵢ)², batches in the order of ``torch.randperm(N, generator=seeded(seed))``."""
+    g = generator(7)
+    cases = []
+    for n, d, b, lr in ((12, 3, 4, 0.1), (10, 2, 3, 0.05), (7, 4, 7, 0.2), (9, 3, 1, 0.02)):
+        cases.append({"X": torch.randn(n, d, generator=g, dtype=D), "y": torch.randn(n, generator=g, dtype=D),
+                      "w": torch.randn(d, generator=g, dtype=D), "lr": lr, "batch_size": b, "seed": n})
+    tol = dict(atol=1e-12, rtol=1e-10)
+    hints = [(_sgd_variant(shuffle=False), "visit the examples in the order of the seeded permutation "
+                                            "torch.randperm(N, generator=torch.Generator().manual_seed(seed)), "
+                                            "not 0, 1, …, N − 1: SGD's batches are random"),
+             (_sgd_variant(drop_last=True), "the last batch holds the N mod b examples left over: keep it, so that "
+                                            "one epoch visits every example once"),
+             (_sgd_variant(divide_by=lambda n, b: b), "divide the last, smaller batch's gradient by its own size "
+                                                      "|B|, not by batch_size"),
+             (_sgd_variant(divide_by=lambda n, b: n), "the mini-batch gradient is the mean over the batch, "
+                                                      "(1/|B|) Σ_{i∈B}, not divided by N"),
+             (_sgd_variant(sum_loss=True), "the mini-batch gradient is the mean over the batch, (1/|B|) Σ_{i∈B}; a "
+                                           "sum makes the step |B| times too long and is not an unbiased estimate "
+                                           "of ∇L"),
+             (_sgd_variant(frozen=True), "each step starts from the w the previous step produced; you took every "
+                                         "batch's gradient at the starting w"),
+             (lambda X, y, w, lr, batch_size, seed: w - lr * X.T @ (X @ w - y) / len(X),
+              "that is one full-batch gradient step; SGD takes one step per mini-batch, N/b steps per epoch")]
+    return _check("sgd_epoch", fn, _ref_sgd_epoch, cases, hints, **tol)
+
+
+# ---------------------------------------------------------------- 7. E[m_t] from any starting state
+_BETA1, _T, _G = sp.Symbol("beta_1", positive=True), sp.Symbol("t", integer=True, positive=True), sp.Symbol("g")
+_M0 = sp.Symbol("m_0")
+
+
+def _ref_expected_first_moment(beta1, t, g, m0):
+    """m_k = β₁m_{k−1} + (1 − β₁)g_k unrolled from m_0, with E[g_k] = g: β₁ᵗm₀ + Σ_{k=1}^t (1 − β₁)β₁^{t−k} g."""
+    k = sp.Symbol("k", integer=True, positive=True)
+    return sp.simplify(beta1**t * m0 + sp.summation((1 - beta1) * beta1 ** (t - k) * g, (k, 1, t)))
+
+
+def check_expected_first_moment(fn) -> CheckResult:
+    """``fn(beta1, t, g, m0) -> SymPy expression``: E[m_t] for m_k = β₁m_{k−1} + (1 − β₁)g_k started at m₀,
+    when every gradient has mean g."""
+    case = {"beta1": _BETA1, "t": _T, "g": _G, "m0": _M0}
+    hints = [(lambda b, t, g, m0: (1 - b**t) * g, "the starting state does not vanish: it is multiplied "
+                                                      "by β₁ at every step, β₁ᵗm₀ after t steps"),
+             (lambda b, t, g, m0: b**t * m0 + g, "the gradients' weights (1 − β₁)β₁^{t−k}, k = 1…t, sum to "
+                                                     "1 − β₁ᵗ, not 1: the geometric series has t terms"),
+             (lambda b, t, g, m0: b ** (t + 1) * m0 + (1 - b ** (t + 1)) * g,
+              "off by one: after t steps the start has been multiplied by β₁ t times (k = 1…t), not t + 1"),
+             (lambda b, t, g, m0: b ** (t - 1) * m0 + (1 - b ** (t - 1)) * g,
+              "off by one: after t steps the start has been multiplied by β₁ t times (k = 1…t), not t − 1"),
+             (lambda b, t, g, m0: b**t * m0 + (1 - b**t) * g / (1 - b),
+              "each new gradient enters with weight (1 − β₁): the weights are (1 − β₁)β₁^{t−k}, not β₁^{t−k}"),
+             (lambda b, t, g, m0: b**t * m0 + (1 - b) * g,
+              "that is only the newest gradient's share; sum all t of them, Σ_k (1 − β₁)β₁^{t−k} g")]
+    return check_expression("expected_first_moment", fn, _ref_expected_first_moment, [case], hints=hints)
+
+
+# ---------------------------------------------------------------- 8. the descent lemma with a noisy gradient
+_L, _GG, _S2 = sp.symbols("L G sigma2", positive=True)
+
+
+def _ref_sgd_step_limit(L, G, sigma2):
+    """E[L(θ − ηg_B)] ≤ L(θ) − ηG + (L/2)η²(G + σ²): a guaranteed expected decrease iff 0 < η < 2G/(L(G + σ²))."""
+    eta = sp.Symbol("eta", positive=True)
+    decrease = eta * G - L / 2 * eta**2 * (G + sigma2)  # L(θ) minus the bound
+    (limit,) = sp.solve(sp.cancel(decrease / eta), eta)  # the root other than η = 0
+    return limit
+
+
+def check_sgd_step_limit(fn) -> CheckResult:
+    """``fn(L, G, sigma2) -> SymPy expression``: the largest η for which the descent lemma guarantees
+    E[L(θ − ηg_B)] < L(θ), with E[g_B] = ∇L(θ), ‖∇L(θ)‖² = G, E‖g_B − ∇L(θ)‖² = σ²."""
+    case = {"L": _L, "G": _GG, "sigma2": _S2}
+    hints = [(lambda L, G, sigma2: 2 / L, "that is the full-gradient range; with a mini-batch gradient "
+                                          "E‖g_B‖² = G + σ² (mean square = squared mean + variance), not G"),
+             (lambda L, G, sigma2: 1 / L, "1/L is where the full-gradient guarantee is largest; the question asks "
+                                          "where the expected decrease stops being guaranteed"),
+             (lambda L, G, sigma2: G / (L * (G + sigma2)), "G/(L(G + σ²)) is the step with the largest guaranteed "
+                                                           "decrease (the vertex of the parabola); the limit is "
+                                                           "where the decrease reaches 0 again, twice as far"),
+             (lambda L, G, sigma2: 2 * G / (L * sigma2), "E‖g_B‖² = G + σ²: the squared mean G stays in the "
+                                                          "quadratic term, next to the variance"),
+             (lambda L, G, sigma2: 2 / (L * (G + sigma2)), "the linear term is −η∇L(θ)ᵀE[g_B] = −ηG: G appears "
+                                                           "in the numerator too"),
+             (lambda L, G, sigma2: 2 * (G + sigma2) / (L * G), "upside down: solve ηG = (L/2)η²(G + σ²) for η")]
+    return check_expression("sgd_step_limit", fn, _ref_sgd_step_limit, [case], hints=hints)
+
+
 EXERCISES = {"adam_step": check_adam_step, "warmup_cosine_lr": check_warmup_cosine_lr,
              "gradient_descent": check_gradient_descent, "heavy_ball": check_heavy_ball,
-             "inverted_dropout": check_inverted_dropout}
+             "inverted_dropout": check_inverted_dropout, "sgd_epoch": check_sgd_epoch,
+             "expected_first_moment": check_expected_first_moment, "sgd_step_limit": check_sgd_step_limit}
