@@ -11,7 +11,7 @@ SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 help:
 	@echo "make book   create .venv, install the pinned requirements, execute every chapter, build _build/html"
 	@echo "make test   the whole test suite (package, every page in a fresh kernel, the website in Chromium)"
-	@echo "make lab    JupyterLab, where chapters/*.md open as notebooks"
+	@echo "make lab    JupyterLab on the student notebooks (EDITION=instructor: the chapters, solutions in; PORT=8888)"
 	@echo "make train  train the shipped mini-GPT checkpoint       make bench  run the benchmarks"
 	@echo "make clean  remove _build/                              make distclean  also remove .venv/"
 
@@ -48,11 +48,12 @@ train: $(READY)
 bench: $(READY)
 	$(BIN)/python -m transformer_lab bench
 
+# JupyterLab on the student notebooks (no solutions; `make lab EDITION=instructor`: the chapters, solutions in),
+# on PORT; prints the URL; as root passes --allow-root (tools/lab.py).
+lab: EDITION ?= student
+lab: PORT ?= 8888
 lab: $(READY)
-	@mkdir -p $(VENV)/share/jupyter/lab/settings
-	@echo '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' \
-		> $(VENV)/share/jupyter/lab/settings/overrides.json
-	$(BIN)/jupyter lab --notebook-dir=.
+	$(BIN)/python tools/lab.py --edition $(EDITION) --port $(PORT)
 
 clean:
 	rm -rf _build

@@ -1,7 +1,10 @@
 """Student and instructor notebooks: solutions removed (and only those), and the student ones still run."""
 
 
+import re
+
 import jupytext
+import nbformat
 import pytest
 from conftest import NOTEBOOK_HEADER, ROOT
 from course_notebooks import chapter_pages, instructor_notebook, student_notebook
@@ -25,6 +28,12 @@ def double(x):
 
 ```{code-cell} ipython3
 print("check", double.__name__)
+```
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+
+assert True  # a guard the website hides
 ```
 
 ```{solution-start} ex-double
@@ -67,6 +76,8 @@ def test_student_notebook_drops_solutions_only(page):
     assert "raise NotImplementedError" in text and 'print("check"' in text
     assert "Text after the exercise stays." in text and "{exercise}" in text
     assert nb.cells[0].source.startswith("**Student notebook.**")
+    hidden = [c.source for c in nb.cells if c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert hidden == ["assert True  # a guard the website hides"]
 
 
 def test_instructor_notebook_keeps_everything(page):
@@ -88,7 +99,11 @@ STUDENT_PAGES = chapter_pages(ROOT)
 @pytest.mark.parametrize("chapter", STUDENT_PAGES, ids=[p.stem for p in STUDENT_PAGES])
 def test_student_notebook_runs_with_stubs_unfilled(chapter):
     nb = student_notebook(chapter)
-    NotebookClient(nb, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(chapter.parent)}}).execute()
     stubs = [c for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
     assert stubs, f"{chapter.name} has no exercise stubs"
+    names = [m for c in stubs for m in re.findall(r"^def (\w+)\(", c.source, re.M)]
+    # After "Run all", each exercise name must still be the student's stub, not a solution defined later.
+    nb.cells.append(nbformat.v4.new_code_cell(
+        f"assert all('NotImplementedError' in f.__code__.co_names for f in [{', '.join(names)}])"))
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(chapter.parent)}}).execute()

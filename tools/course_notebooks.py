@@ -7,7 +7,9 @@ For each page under ``chapters/`` that is a notebook, the build writes into ``<s
   ``solution`` directives around them). The exercise cells (tagged ``exercise``) stay as stubs, and the check
   cells after them report "not written yet" until the student fills them in, so the notebook runs to the end.
 
-Both have no outputs. Each chapter page gets a line with links to its two notebooks.
+Both have no outputs; the code the website hides (tags ``remove-cell``, ``remove-input``, ``hide-input``) starts
+collapsed in JupyterLab. ``make lab`` opens the student notebooks (tools/lab.py). Each chapter page gets a line
+with links to its two notebooks.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ _SOLUTION_BLOCK = re.compile(r"^(`{3,}|:{3,})\{solution\}.*?^\1[ \t]*$\n?", re.S
 _GATE = re.compile(r"^(`{3,})\{solution-(?:start|end)\}.*?^\1[ \t]*$\n?", re.S | re.M)
 
 
+_HIDDEN_ON_SITE = {"remove-cell", "remove-input", "hide-input"}
+
+
 def chapter_pages(srcdir: Path) -> list[Path]:
     return [p for p in sorted((srcdir / "chapters").glob("*.md")) if _is_notebook(p)]
 
@@ -40,6 +45,8 @@ def _with_note(nb: nbformat.NotebookNode, kind: str) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            if _HIDDEN_ON_SITE & set(cell.metadata.get("tags", [])):  # page set-up and claim guards: collapsed
+                cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
     nb.metadata.pop("jupytext", None)
     return nb
 
