@@ -5,6 +5,7 @@ wrong answers (CATALOGUE) with a message naming the difference and, where one ex
 import math
 
 import pytest
+import sympy as sp
 import torch
 import torch.nn.functional as F
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
@@ -51,8 +52,25 @@ def mlp_grads(grad_out, x, w1, b1, w2, b2):
     return g_h @ w1, g_h.T @ x, g_h.sum(0), grad_out.T @ a, grad_out.sum(0)
 
 
+def central_difference_grad(f, x, h):
+    grad = torch.empty_like(x)
+    for i in range(x.numel()):
+        step = torch.zeros(x.numel(), dtype=x.dtype)
+        step[i] = h
+        step = step.view_as(x)
+        grad.view(-1)[i] = (f(x + step) - f(x - step)) / (2 * h)
+    return grad
+
+
+def descent_flow_rate(a, eta):
+    r = sp.Symbol("r", positive=True)
+    (rate,) = sp.solve(sp.Eq(sp.exp(-r * eta), 1 - eta * a), r)
+    return rate
+
+
 SOLUTIONS = {"linear_grads": linear_grads, "gelu_tanh_grad": gelu_tanh_grad, "softmax_ce_grad": softmax_ce_grad,
-             "layer_norm_grad": layer_norm_grad, "relu_grad": relu_grad, "mlp_grads": mlp_grads}
+             "layer_norm_grad": layer_norm_grad, "relu_grad": relu_grad, "mlp_grads": mlp_grads,
+             "central_difference_grad": central_difference_grad, "descent_flow_rate": descent_flow_rate}
 
 
 # ---------------------------------------------------------------- typical wrong answers
@@ -216,6 +234,55 @@ def _mlp_with_package(grad_out, x, w1, b1, w2, b2):  # composing the package's l
     return g_x, g_w1, g_b1, g_w2, g_b2
 
 
+# ---------------------------------------------------------------- finite differences and the exact flow rate
+def cd_in_place(f, x, h):  # perturb, evaluate, put back: the loop gradcheck itself runs
+    x, grad = x.clone(), torch.empty_like(x)
+    flat = x.view(-1)
+    for i in range(flat.numel()):
+        old = flat[i].item()
+        flat[i] = old + h
+        up = f(x)
+        flat[i] = old - h
+        down = f(x)
+        flat[i] = old
+        grad.view(-1)[i] = (up - down) / (2 * h)
+    return grad
+
+
+def cd_eye(f, x, h):  # all the steps at once, as rows of h·I
+    steps = torch.eye(x.numel(), dtype=x.dtype) * h
+    return torch.stack([(f(x + s.view_as(x)) - f(x - s.view_as(x))) / (2 * h) for s in steps]).view_as(x)
+
+
+def cd_forward(f, x, h):
+    return torch.stack([(f(x + s.view_as(x)) - f(x)) / h for s in torch.eye(x.numel(), dtype=x.dtype) * h]
+                       ).view_as(x)
+
+
+def cd_by_h(f, x, h):
+    return cd_eye(f, x, h) * 2
+
+
+def cd_together(f, x, h):
+    return torch.full_like(x, ((f(x + h) - f(x - h)) / (2 * h)).item())
+
+
+def cd_unrestored(f, x, h):
+    x, grad = x.clone(), torch.empty_like(x)
+    flat = x.view(-1)
+    for i in range(flat.numel()):
+        flat[i] += h
+        up = f(x)
+        flat[i] -= 2 * h
+        grad.view(-1)[i] = (up - f(x)) / (2 * h)  # entry i left at x_i − h
+    return grad
+
+
+def cd_autograd(f, x, h):
+    x = x.clone().requires_grad_()
+    return torch.autograd.grad(f(x), x)[0]
+
+
 CATALOGUE = {
     "linear_grads": {
         "wrong": [
@@ -299,6 +366,28 @@ CATALOGUE = {
         ],
         "right": [lambda grad_out, x: torch.where(x > 0, grad_out, torch.zeros_like(grad_out)),
                   lambda grad_out, x: grad_out.masked_fill(x <= 0, 0.0)],
+    },
+    "central_difference_grad": {
+        "wrong": [(cd_forward, ["differs", "one-sided difference", "O(h)"]),
+                  (cd_by_h, ["differs", "divide by 2h, not h"]),
+                  (cd_together, ["differs", "one entry at a time"]),
+                  (cd_unrestored, ["differs", "case 2", "put each entry back"]),
+                  (cd_autograd, ["differs", "exact derivative", "O(h²)"]),
+                  (lambda f, x, h: cd_eye(f, x, h).flatten(), ["shape (6,), expected (2, 3)"]),
+                  (lambda f, x, h: cd_eye(f, x.float(), h), ["differs", "float32"])],
+        "right": [cd_in_place, cd_eye],
+    },
+    "descent_flow_rate": {
+        "wrong": [(lambda a, eta: a, ["simplifies to a", "only as η → 0"]),
+                  (lambda a, eta: sp.log(1 - eta * a) / eta, ["the sign"]),
+                  (lambda a, eta: -sp.log(1 - eta * a), ["divide by η"]),
+                  (lambda a, eta: a + eta * a**2 / 2, ["first two terms of the series"]),
+                  (lambda a, eta: sp.log(1 + eta * a) / eta, ["not 1 + ηa"]),
+                  (lambda a, eta: -sp.log(1 - eta * a) / (eta * a), ["r/a"]),
+                  (lambda a, eta: -math.log(0.5) / eta, ["floating-point"])],
+        "right": [lambda a, eta: sp.log(1 / (1 - eta * a)) / eta,
+                  lambda a, eta: -sp.log(1 - sp.Symbol("a") * sp.Symbol("eta")) / sp.Symbol("eta"),
+                  lambda a, eta: sp.log(a / (a - eta * a**2)) / eta],
     },
     "mlp_grads": {
         "wrong": [

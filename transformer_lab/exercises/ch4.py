@@ -6,6 +6,8 @@
 * ``layer_norm_grad(grad_out, x, eps)`` — ∂L/∂x through LayerNorm without affine parameters
 * ``relu_grad(grad_out, x)`` — ∂L/∂x through ReLU, with PyTorch's slope 0 at x = 0
 * ``mlp_grads(grad_out, x, w1, b1, w2, b2)`` — all five gradients of the MLP block (tanh GELU), by the chain rule
+* ``central_difference_grad(f, x, h)`` — the finite differences ``gradcheck`` compares a backward pass with
+* ``descent_flow_rate(a, eta)`` — the rate of the gradient flow that gradient descent follows exactly (SymPy)
 
 Each checker compares with :mod:`transformer_lab.backprop` on fixed float64 cases. It cannot tell whether the
 answer called ``torch.autograd``; the exercises ask for the formula, and autograd is the way to check it.
@@ -13,10 +15,11 @@ answer called ``torch.autograd``; the exercises ask for the formula, and autogra
 
 from __future__ import annotations
 
+import sympy as sp
 import torch
 
 from transformer_lab import backprop
-from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
+from transformer_lab.exercises import CheckResult, check_expression, check_function, describe_difference, generator
 from transformer_lab.mlp import MLP
 
 D = torch.float64
@@ -317,6 +320,94 @@ def check_mlp_grads(fn) -> CheckResult:
                   near=f"{_GELU_CONSTANTS} (in GELU and GELU′); a finite difference is not exact either")
 
 
+# ---------------------------------------------------------------- 7. what gradcheck compares with
+def _ref_central_difference_grad(f, x, h):
+    """(f(x + h eᵢ) − f(x − h eᵢ)) / 2h for every entry i of x: the estimate gradcheck compares a backward pass with."""
+    out = torch.empty_like(x)
+    for i in range(x.numel()):
+        e = torch.zeros_like(x).view(-1)
+        e[i] = h
+        e = e.view_as(x)
+        out.view(-1)[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return out
+
+
+def _difference_slip(*, forward=False, half=False, together=False, unrestored=False):
+    def slip(f, x, h):
+        if together:  # every entry moved at once: a directional derivative along (1, …, 1)
+            return torch.full_like(x, float((f(x + h) - f(x - h)) / (2 * h)))
+        out, x = torch.empty_like(x), x.clone()
+        for i in range(x.numel()):
+            flat = x.view(-1)
+            flat[i] += h
+            up = f(x)
+            flat[i] -= h if forward else 2 * h
+            down = f(x)
+            if not unrestored:
+                flat[i] += 0 if forward else h
+            out.view(-1)[i] = (up - down) / (h if forward or half else 2 * h)
+        return out
+    return slip
+
+
+def _exact_grad(f, x, h):
+    x = x.detach().clone().requires_grad_()
+    return torch.autograd.grad(f(x), x)[0]
+
+
+_DIFF_SLIPS = [
+    (_difference_slip(forward=True), "that is the one-sided difference (f(x + h eᵢ) − f(x))/h, whose error is O(h); "
+                                     "gradcheck uses the central one, (f(x + h eᵢ) − f(x − h eᵢ))/2h, error O(h²)"),
+    (_difference_slip(half=True), "the two points are 2h apart: divide by 2h, not h"),
+    (_difference_slip(together=True), "you moved every entry at once, which gives the derivative along (1, …, 1); "
+                                      "move one entry at a time, the others unchanged"),
+    (_difference_slip(unrestored=True), "put each entry back after perturbing it: later entries were differenced "
+                                        "at a shifted point"),
+    (_exact_grad, "this is the exact derivative (autograd's answer); the exercise asks for the finite-difference "
+                  "estimate, which differs from it by O(h²): that gap is what gradcheck's tolerance allows"),
+]
+
+
+def check_central_difference_grad(fn) -> CheckResult:
+    """``fn(f, x, h) -> tensor shaped like x``: the central difference of the scalar function f at x, entry by entry."""
+    g = generator(7)
+    cases = [{"f": lambda x: (x.sin() * x).sum(), "x": torch.randn(5, generator=g, dtype=D), "h": 1e-2},
+             {"f": lambda x: torch.logsumexp(x, dim=-1).sum(), "x": torch.randn(2, 3, generator=g, dtype=D),
+              "h": 1e-3},
+             {"f": lambda x: (x**3).sum() + x[0] * x[-1], "x": torch.randn(4, generator=g, dtype=D), "h": 0.1}]
+    slips = [(lambda f, x, h, s=s: s(f, x.clone(), h), msg) for s, msg in _DIFF_SLIPS]
+    hint = _slip_hint(_ref_central_difference_grad, cases, slips)
+    return check_function("central_difference_grad", fn, _ref_central_difference_grad, cases,
+                          compare=_compare(1e-10, 1e-8, hint))
+
+
+# ---------------------------------------------------------------- 8. the flow that gradient descent follows exactly
+_A, _ETA = sp.symbols("a eta", positive=True)
+
+
+def _ref_descent_flow_rate(a, eta):
+    """θ₀(1 − ηa)^k = θ₀e^{−r·kη} for every k ⇔ e^{−rη} = 1 − ηa ⇔ r = −log(1 − ηa)/η (0 < ηa < 1)."""
+    return -sp.log(1 - eta * a) / eta
+
+
+def check_descent_flow_rate(fn) -> CheckResult:
+    """``fn(a, eta) -> SymPy expression``: the r with θ₀(1 − ηa)^k = θ₀e^{−r kη}: gradient descent on ½aθ² is exactly
+    the gradient flow of ½rθ² sampled at t = kη."""
+    hints = [(lambda a, eta: a, "that is the flow's own rate: gradient descent follows it only as η → 0; ask which "
+                                "rate r makes e^{−rη} equal the per-step factor 1 − ηa"),
+             (lambda a, eta: sp.log(1 - eta * a) / eta, "the sign: 1 − ηa < 1, so log(1 − ηa) < 0 and the rate "
+                                                        "−log(1 − ηa)/η is positive"),
+             (lambda a, eta: -sp.log(1 - eta * a), "that is the decay per step; time advances by η per step, so "
+                                                   "divide by η for the rate per unit time"),
+             (lambda a, eta: a + eta * a**2 / 2, "those are the first two terms of the series in η; the question "
+                                                 "asks for the exact rate"),
+             (lambda a, eta: sp.log(1 + eta * a) / eta, "the per-step factor is 1 − ηa (θ − ηaθ), not 1 + ηa"),
+             (lambda a, eta: -sp.log(1 - eta * a) / (eta * a), "that is r/a, the ratio to the flow's rate; return "
+                                                               "r itself")]
+    return check_expression("descent_flow_rate", fn, _ref_descent_flow_rate, [{"a": _A, "eta": _ETA}], hints=hints)
+
+
 EXERCISES = {"linear_grads": check_linear_grads, "gelu_tanh_grad": check_gelu_tanh_grad,
              "softmax_ce_grad": check_softmax_ce_grad, "layer_norm_grad": check_layer_norm_grad,
-             "relu_grad": check_relu_grad, "mlp_grads": check_mlp_grads}
+             "relu_grad": check_relu_grad, "mlp_grads": check_mlp_grads,
+             "central_difference_grad": check_central_difference_grad, "descent_flow_rate": check_descent_flow_rate}
