@@ -374,6 +374,49 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ladder(args: argparse.Namespace) -> int:
+    import torch
+
+    from transformer_lab import ladder
+    from transformer_lab.checkpoint import json_path
+    from transformer_lab.data import load_corpus
+
+    problem = _positive("max_iters", args.max_iters) or _positive("threads", args.threads) or _check_out(args.out)
+    if problem:
+        return _fail(problem)
+    torch.set_num_threads(args.threads)
+    config = ladder.LadderConfig(max_iters=args.max_iters)
+    report = None if args.quiet else (lambda r: print(f"{r['name']:<11} val loss {r['val_loss']:.4f} "
+                                                      f"({r['cpu_seconds']:.1f} s of CPU)", flush=True))
+    table = ladder.run_ladder(load_corpus(), config, report=report)
+    try:
+        out = ladder.save_table(table, json_path(args.out))
+    except OSError as exc:
+        return _fail(f"could not write {json_path(args.out)}: {exc}")
+    print(ladder.format_table(table))
+    print(f"{config.max_iters} steps per rung; table written to {out}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from transformer_lab.checkpoint import CheckpointError
+    from transformer_lab.lens import format_reading, read
+
+    if args.top < 1:
+        return _fail(f"--top must be an integer >= 1, got {args.top}")
+    try:
+        model, tok, _ = load_model(args.checkpoint)
+        reading = read(model, tok, args.prompt)
+    except (CheckpointError, ValueError, OSError) as exc:
+        return _fail(f"--prompt: {exc}" if isinstance(exc, ValueError) and not isinstance(exc, CheckpointError)
+                     else str(exc))
+    T = len(args.prompt)
+    if not -T <= args.position < T:
+        return _fail(f"--position must lie in {-T}..{T - 1} for this {T}-character prompt, got {args.position}")
+    print(format_reading(reading, position=args.position, top=args.top))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m transformer_lab",
                      description="Transformer Math Lab: grade exercise answers (check), and train, sample and "
@@ -451,6 +494,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", nargs="?", default="all", choices=["all", *BENCHMARKS])
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed on to the benchmark script")
     p.set_defaults(func=_bench)
+
+    from transformer_lab.ladder import FULL, TABLE
+
+    p = sub.add_parser("ladder", help="train the build-up ladder's rungs with the full budget and write the table")
+    p.add_argument("--out", default=str(TABLE), help="the table's JSON file (default: the one shipped in the package)")
+    p.add_argument("--max-iters", type=int, default=FULL.max_iters,
+                   help="optimizer steps per rung (default %(default)s, the full budget)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: reproducible numbers)")
+    p.add_argument("--quiet", action="store_true", help="no line per rung while training")
+    p.set_defaults(func=_ladder)
+
+    p = sub.add_parser("inspect", help="read a prompt through a model: residual norms, attention, logit lens")
+    p.add_argument("--prompt", default="ROMEO:\n", help="the text to read (at most the model's context length)")
+    p.add_argument("--checkpoint", help="checkpoint NAME.json (default: the shipped Shakespeare model)")
+    p.add_argument("--position", type=int, default=-1,
+                   help="the query position shown, 0-based; negative counts from the end (default: the last)")
+    p.add_argument("--top", type=int, default=5, help="next characters shown per layer (default %(default)s)")
+    p.set_defaults(func=_inspect)
     return parser
 
 
