@@ -3,6 +3,7 @@ rejects the typical wrong answers (CATALOGUE) with a message naming the fault.""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import torch
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
+from transformer_lab import positional as P
 from transformer_lab.exercises import ch6, registry
 
 
@@ -61,6 +63,29 @@ def alibi(T, n_head, first_h=1, slopes_for=None):
 def head_splits(d_model, n_head):
     d_k = d_model // n_head
     return math.factorial(d_model) // (math.factorial(d_k) ** n_head * math.factorial(n_head))
+
+
+def is_equivariant(layer, x):
+    out = layer(x)
+    return all(torch.allclose(layer(x[list(perm)]), out[list(perm)], rtol=1e-4, atol=1e-6)
+               for perm in itertools.permutations(range(x.shape[0])))
+
+
+def score_drift(kind, q, k, T_train, T_test, opposite=False, cross_terms=True):
+    d = q.shape[-1]
+    pos = torch.arange(T_test, dtype=torch.float64)
+    if kind == "sinusoidal":
+        pe = P.sinusoidal_encoding(T_test, d, dtype=torch.float64)
+        S = (q + pe) @ (k + pe).T if cross_terms else pe @ pe.T
+    elif kind == "rope":
+        S = P.apply_rope(q.expand(T_test, d)) @ P.apply_rope(k.expand(T_test, d), -pos if opposite else None).T
+    else:
+        S = q @ k + 0.5 * (pos[None, :] - pos[:, None])
+    return max((S.diagonal(-delta) - S[delta, 0]).abs().max().item() for delta in range(T_train))
+
+
+def layer_comparison(n, d):
+    return {"attention": (4 * n * d * d + 2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
 
 
 # ---------------------------------------------------------------- typical wrong answers
@@ -189,6 +214,97 @@ def _alibi_causal(T, n_head):  # the causal mask applied inside: -inf above the 
 
 def _alibi_last_dim_heads(T, n_head):
     return alibi(T, n_head).permute(1, 2, 0)
+
+
+def _eq_invariance(layer, x):  # compares with layer(x) itself: invariance, which attention does not have
+    perm = [*range(1, x.shape[0]), 0]
+    return torch.allclose(layer(x[perm]), layer(x))
+
+
+def _eq_exact(layer, x):  # no tolerance: the sums over keys round differently in another order
+    out = layer(x)
+    return all(torch.equal(layer(x[list(p)]), out[list(p)]) for p in itertools.permutations(range(x.shape[0])))
+
+
+def _eq_one_swap(layer, x):  # one fixed swap of the first two tokens: blind to what happens to the last one
+    perm = [1, 0, *range(2, x.shape[0])]
+    return torch.allclose(layer(x[perm]), layer(x)[perm])
+
+
+def _eq_float64_tolerance(layer, x):  # a float64-sized tolerance, too strict for float32 rounding
+    out = layer(x)
+    return all(torch.allclose(layer(x[list(p)]), out[list(p)], rtol=0, atol=1e-12)
+               for p in itertools.permutations(range(x.shape[0])))
+
+
+def _eq_inverse_order(layer, x):  # reorders the output by the inverse permutation
+    perm = torch.tensor([*range(1, x.shape[0]), 0])
+    return torch.allclose(layer(x[perm]), layer(x)[perm.argsort()])
+
+
+def _eq_tensor(layer, x):  # a 0-d float tensor, not a bool
+    return torch.tensor(float(is_equivariant(layer, x)))
+
+
+def _drift_pe_only(kind, q, k, T_train, T_test):
+    return score_drift(kind, q, k, T_train, T_test, cross_terms=False)
+
+
+def _drift_every_offset(kind, q, k, T_train, T_test):
+    return score_drift(kind, q, k, T_test, T_test)
+
+
+def _drift_inside_training(kind, q, k, T_train, T_test):
+    return score_drift(kind, q, k, T_train, T_train)
+
+
+def _drift_rope_opposite(kind, q, k, T_train, T_test):
+    return score_drift(kind, q, k, T_train, T_test, opposite=True)
+
+
+def _drift_against_last(kind, q, k, T_train, T_test):  # compares with the pair ending at T_train - 1
+    d = q.shape[-1]
+    pe = P.sinusoidal_encoding(T_test, d, dtype=torch.float64)
+    S = (q + pe) @ (k + pe).T if kind == "sinusoidal" else None
+    if S is None:
+        return score_drift(kind, q, k, T_train, T_test)
+    return max((S.diagonal(-dl) - S.diagonal(-dl)[T_train - 1 - dl]).abs().max().item() for dl in range(T_train))
+
+
+def _drift_tensor(kind, q, k, T_train, T_test):  # a 1-element tensor is accepted; a (T_train,) one is not
+    return torch.tensor([score_drift(kind, q, k, dl + 1, T_test) for dl in range(T_train)])
+
+
+def _layers_no_projections(n, d):
+    return {"attention": (2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
+
+
+def _layers_flops(n, d):
+    return {"attention": (8 * n * d * d + 4 * n * n * d, 1, 1), "recurrent": (4 * n * d * d, n, n)}
+
+
+def _layers_path_off_by_one(n, d):
+    return {"attention": (4 * n * d * d + 2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n - 1)}
+
+
+def _layers_one_rnn_product(n, d):
+    return {"attention": (4 * n * d * d + 2 * n * n * d, 1, 1), "recurrent": (n * d * d, n, n)}
+
+
+def _layers_sequential_attention(n, d):  # generation, token by token, is not one layer's forward pass
+    return {"attention": (4 * n * d * d + 2 * n * n * d, n, 1), "recurrent": (2 * n * d * d, n, n)}
+
+
+def _layers_scores_only(n, d):
+    return {"attention": (4 * n * d * d + n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
+
+
+def _layers_floats(n, d):
+    return {"attention": (4.0 * n * d * d + 2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
+
+
+def _layers_list(n, d):
+    return [(4 * n * d * d + 2 * n * n * d, 1, 1), (2 * n * d * d, n, n)]
 
 
 # ---------------------------------------------------------------- correct alternatives, other styles
@@ -322,6 +438,54 @@ def _splits_only_h(d_model, n_head):
     return math.factorial(d_model) // math.factorial(n_head)
 
 
+def _eq_permutation_matrices(layer, x):  # Π X against Π layer(X), every permutation matrix
+    T = x.shape[0]
+    out = layer(x)
+    for perm in itertools.permutations(range(T)):
+        Pi = torch.eye(T, dtype=x.dtype)[list(perm)]
+        if not torch.allclose(layer(Pi @ x), Pi @ out, rtol=1e-5, atol=1e-6):
+            return False
+    return True
+
+
+def _eq_random_perms(layer, x):  # 30 seeded random permutations, largest difference against a relative tolerance
+    g = torch.Generator().manual_seed(0)
+    out = layer(x)
+    worst = max((layer(x[p]) - out[p]).abs().max().item()
+                for p in (torch.randperm(x.shape[0], generator=g) for _ in range(30)))
+    return bool(worst <= 1e-5 * out.abs().max().item())
+
+
+def _drift_loops(kind, q, k, T_train, T_test):  # pair by pair, with the package's ALiBi bias
+    d = q.shape[-1]
+    if kind == "alibi":
+        bias = P.alibi_bias(T_test, n_head=8, dtype=torch.float64)[0]
+        S = q @ k + bias
+    elif kind == "sinusoidal":
+        pe = P.sinusoidal_encoding(T_test, d, dtype=torch.float64)
+        S = torch.stack([torch.stack([(q + pe[m]) @ (k + pe[n]) for n in range(T_test)]) for m in range(T_test)])
+    else:
+        rq, rk = P.apply_rope(q.expand(T_test, d)), P.apply_rope(k.expand(T_test, d))
+        S = rq @ rk.T
+    return max(abs(S[m, m - dl] - S[dl, 0]).item() for dl in range(T_train) for m in range(dl, T_test))
+
+
+def _drift_float32_tensor(kind, q, k, T_train, T_test):  # float32 arithmetic, a 0-d tensor
+    return torch.tensor(score_drift(kind, q.float().double(), k.float().double(), T_train, T_test),
+                        dtype=torch.float32)
+
+
+def _layers_step_by_step(n, d):
+    projections = 4 * (n * d * d)
+    scores = n * n * d
+    weighted_sum = n * n * d
+    return {"recurrent": [n * (d * d + d * d), n, n], "attention": [projections + scores + weighted_sum, 1, 1]}
+
+
+def _layers_numpy_ints(n, d):
+    return {"attention": (np.int64(4 * n * d * d + 2 * n * n * d), 1, 1), "recurrent": (np.int64(2 * n * d * d), n, n)}
+
+
 CATALOGUE = {
     "sinusoidal": {
         "wrong": [(_sin_cos_first, ["differs", "worst at"]), (_sin_exponent_i_over_d, ["differs", "worst at"]),
@@ -372,12 +536,41 @@ CATALOGUE = {
                   (lambda d_model, n_head: torch.tensor(head_splits(d_model, n_head)), ["must be an int"])],
         "right": [_splits_binomials, _splits_recursive],
     },
+    "is_equivariant": {
+        "wrong": [(_eq_invariance, ["case 1 of 7", "the answer is False, expected True", "that is invariance"]),
+                  (_eq_exact, ["case 1 of 7", "within a tolerance"]),
+                  (_eq_one_swap, ["marker added to the last position", "not one fixed swap"]),
+                  (_eq_float64_tolerance, ["attention in float32", "too strict"]),
+                  (_eq_inverse_order, ["case 1 of 7", "not with the inverse order"]),
+                  (lambda layer, x: True, ["causal mask (case 2 of 7)", "keys 0 … i only"]),
+                  (_eq_tensor, ["must be a bool", "Tensor"])],
+        "right": [_eq_permutation_matrices, _eq_random_perms],
+    },
+    "score_drift": {
+        "wrong": [(_drift_pe_only, ["expected 10.", "cross terms"]),
+                  (_drift_every_offset, ["case 4", "only offsets seen in training"]),
+                  (_drift_inside_training, ["case 1", "positions up to T_test - 1"]),
+                  (_drift_rope_opposite, ["case 2", "depends on m + n"]),
+                  (_drift_against_last, ["case 1", "S[δ, 0]"]),
+                  (_drift_tensor, ["must be a float", "Tensor"])],
+        "right": [_drift_loops, _drift_float32_tensor],
+    },
+    "layer_comparison": {
+        "wrong": [(_layers_no_projections, ["attention multiply-adds", "four projections"]),
+                  (_layers_flops, ["counts FLOPs"]),
+                  (_layers_path_off_by_one, ["recurrent path length: got 3, expected 4", "counting both ends"]),
+                  (_layers_one_rnn_product, ["recurrent multiply-adds", "x_t W_x and h_{t-1} W_h"]),
+                  (_layers_sequential_attention, ["attention sequential steps", "at once"]),
+                  (_layers_scores_only, ["AV costs"]),
+                  (_layers_floats, ["must be an int"]), (_layers_list, ["must be a dict"])],
+        "right": [_layers_step_by_step, _layers_numpy_ints],
+    },
 }
 
 
 def test_registry():
     assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "kv_pair_count",
-                                "alibi", "head_splits"}
+                                "alibi", "head_splits", "is_equivariant", "score_drift", "layer_comparison"}
     assert set(CATALOGUE) == set(registry(6))
 
 
@@ -385,7 +578,9 @@ def test_solutions_pass():
     for name, fn in [("sinusoidal", sinusoidal), ("rotation_for_offset", rotation_for_offset),
                      ("rope", lambda x: rope(x)), ("kv_causal_mask", kv_causal_mask),
                      ("kv_pair_count", kv_pair_count),
-                     ("alibi", lambda T, n_head: alibi(T, n_head)), ("head_splits", head_splits)]:
+                     ("alibi", lambda T, n_head: alibi(T, n_head)), ("head_splits", head_splits),
+                     ("is_equivariant", is_equivariant), ("score_drift", lambda *a: score_drift(*a)),
+                     ("layer_comparison", layer_comparison)]:
         result = ch6.EXERCISES[name](fn)
         assert result.passed, f"{name}: {result.message}"
 

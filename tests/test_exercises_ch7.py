@@ -6,7 +6,9 @@ import functools
 import math
 
 import pytest
+import sympy as sp
 import torch
+import torch.nn.functional as F
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
 from transformer_lab.exercises import ch7, registry
@@ -295,6 +297,156 @@ def lnb_sums_over_C(x, g, eps):
     return (C * g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True)) * r / C
 
 
+# ---------------------------------------------------------------- Var(q . k) with means
+def score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    E_q2, E_k2 = sigma_q**2 + mu_q**2, sigma_k**2 + mu_k**2
+    return d_k * sp.expand(E_q2 * E_k2 - (mu_q * mu_k) ** 2)
+
+
+def sv_stats(d_k, mu_q, mu_k, sigma_q, sigma_k):  # sympy.stats on one term, then d_k of them
+    from sympy.stats import E, Normal
+
+    q, k = Normal("q", mu_q, sigma_q), Normal("k", mu_k, sigma_k)
+    return d_k * (E(q**2) * E(k**2) - (E(q) * E(k)) ** 2)
+
+
+def sv_sum(d_k, mu_q, mu_k, sigma_q, sigma_k):  # a Sum over i, done
+    i = sp.Symbol("i", integer=True, positive=True)
+    term = (sigma_q**2 + mu_q**2) * (sigma_k**2 + mu_k**2) - mu_q**2 * mu_k**2
+    return sp.Sum(term, (i, 1, d_k)).doit()
+
+
+def sv_mean_zero(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return d_k * sigma_q**2 * sigma_k**2
+
+
+def sv_second_moment(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return d_k * (sigma_q**2 + mu_q**2) * (sigma_k**2 + mu_k**2)
+
+
+def sv_squared_dk(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return d_k * score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k)
+
+
+def sv_scaled(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k) / d_k
+
+
+def sv_sqrt(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return sp.sqrt(d_k) * score_variance(1, mu_q, mu_k, sigma_q, sigma_k)
+
+
+def sv_squared_sum(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return d_k * (sigma_q * sigma_k + mu_q * sigma_k + sigma_q * mu_k) ** 2
+
+
+def sv_float(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return 1.0 * score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k)
+
+
+def sv_string(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    return "d_k*(sigma_q**2*sigma_k**2 + mu_q**2*sigma_k**2 + sigma_q**2*mu_k**2)"
+
+
+def sv_new_symbol(d_k, mu_q, mu_k, sigma_q, sigma_k):  # its own symbol n for the head size
+    n = sp.Symbol("n")
+    return n * score_variance(1, mu_q, mu_k, sigma_q, sigma_k)
+
+
+# ---------------------------------------------------------------- signals and gradients through depth
+def depth_rms(arrangement, W1, W2, x, r, *, rms=lambda t: t.detach().double().pow(2).mean().sqrt(),
+              target=None, order=None):
+    def ln(u):
+        return F.layer_norm(u, u.shape[-1:], eps=1e-5)
+
+    def block(v, l):
+        branch = lambda u: torch.relu(u @ W1[l]) @ W2[l]  # noqa: E731
+        return {"plain": lambda: branch(v), "residual": lambda: v + branch(v), "post-ln": lambda: ln(v + branch(v)),
+                "pre-ln": lambda: v + branch(ln(v))}[order or arrangement]()
+
+    xs = [x.detach().clone().requires_grad_()]
+    for l in range(W1.shape[0]):
+        xs.append(block(xs[-1], l))
+    grads = torch.autograd.grad((xs[-1] * (r if target is None else target)).sum(), xs)
+    return torch.stack([torch.stack([rms(t) for t in xs]), torch.stack([rms(g) for g in grads])])
+
+
+def dr_hooks(arrangement, W1, W2, x, r):  # retain_grad and .backward(), rms as norm / sqrt(numel)
+    x0 = x.clone().requires_grad_()
+    xs, v = [x0], x0
+    for l in range(W1.shape[0]):
+        h = torch.relu((F.layer_norm(v, (v.shape[-1],)) if arrangement == "pre-ln" else v) @ W1[l]) @ W2[l]
+        v = {"plain": h, "residual": v + h, "pre-ln": v + h}.get(arrangement)
+        if arrangement == "post-ln":
+            v = F.layer_norm(xs[-1] + h, (h.shape[-1],))
+        v.retain_grad()
+        xs.append(v)
+    (xs[-1] * r).sum().backward()
+    rms = lambda t: t.norm() / t.numel() ** 0.5  # noqa: E731
+    return torch.tensor([[rms(t.detach()) for t in xs], [rms(t.grad) for t in xs]], dtype=torch.float64)
+
+
+def dr_manual_ln(arrangement, W1, W2, x, r):  # LayerNorm written out, population variance
+    def ln(u):
+        mean = u.mean(-1, keepdim=True)
+        return (u - mean) / torch.sqrt(((u - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+
+    out = [x.detach().clone().requires_grad_()]
+    for l in range(W1.shape[0]):
+        v = out[-1]
+        inner = ln(v) if arrangement == "pre-ln" else v
+        h = torch.relu(inner @ W1[l]) @ W2[l]
+        out.append(h if arrangement == "plain" else ln(v + h) if arrangement == "post-ln" else v + h)
+    grads = torch.autograd.grad((out[-1] * r).sum(), out)
+    return torch.stack([torch.stack([t.detach().pow(2).mean().sqrt() for t in ts]) for ts in (out, grads)])
+
+
+# ---------------------------------------------------------------- the tricks, sorted
+def trick_reason(trick):
+    floating_point = {"max-shift", "float32 statistics", "loss scaling", "log_softmax instead of log(softmax)"}
+    optimisation = {"1/sqrt(d_k)", "LayerNorm", "residual connections", "pre-LN", "0.02/sqrt(2L) initialisation",
+                    "warm-up", "gradient clipping"}
+    return "floating point" if trick in floating_point else "optimisation" if trick in optimisation else "neither"
+
+
+def tr_seed(trick):  # the seed's own reading: overflow, stability
+    if trick in ("1/sqrt(d_k)", "dropout"):
+        return "floating point"
+    return trick_reason(trick)
+
+
+def tr_layernorm_fp(trick):
+    return "floating point" if trick == "LayerNorm" else trick_reason(trick)
+
+
+def tr_everything_numerical(trick):  # "every trick has a numerical reason"
+    return "floating point"
+
+
+def tr_loss_scaling_opt(trick):  # loss scaling sounds like the scale of gradients
+    return "optimisation" if trick in ("loss scaling", "gradient clipping", "label smoothing") else trick_reason(trick)
+
+
+def tr_speed_fp(trick):  # speed tricks taken for floating-point ones
+    return "floating point" if trick in ("base-2 exponential", "tanh-GELU as x*sigmoid(2u)") else trick_reason(trick)
+
+
+def tr_unknown_word(trick):
+    return "numerical stability"
+
+
+def tr_dict(trick):  # a table, other spellings
+    table = {"floating-point": ["max-shift", "float32 statistics", "loss scaling",
+                                "log_softmax instead of log(softmax)"],
+             "optimization": ["1/sqrt(d_k)", "LayerNorm", "residual connections", "pre-LN", "warm-up",
+                              "0.02/sqrt(2L) initialisation", "gradient clipping"]}
+    return next((kind for kind, tricks in table.items() if trick in tricks), "Neither")
+
+
+def tr_from_module(trick):  # the checker's own table, as a lecturer's key would be
+    return {"floating point": "Floating point", "optimisation": "optimisation", "neither": "other"}[ch7.TRICKS[trick]]
+
+
 CATALOGUE = {
     "overflow_point": {
         "wrong": [
@@ -357,6 +509,48 @@ CATALOGUE = {
         ],
         "right": [lnb_jacobian, lnb_sums_over_C],
     },
+    "score_variance": {
+        "wrong": [
+            (sv_mean_zero, ["simplifies to", "the mean-0 result"]),
+            (sv_second_moment, ["subtract each term's squared mean"]),
+            (sv_squared_dk, ["variances add", "not d_k^2"]),
+            (sv_scaled, ["the unscaled sum"]),
+            (sv_sqrt, ["the standard deviation, like sqrt(d_k)"]),
+            (sv_squared_sum, ["do not square a sum of standard deviations"]),
+            (sv_float, ["floating-point numbers"]), (sv_string, ["not a SymPy expression"]),
+            (sv_new_symbol, ["uses n"]),
+        ],
+        "right": [sv_stats, sv_sum],
+    },
+    "depth_rms": {
+        "wrong": [
+            (functools.partial(depth_rms, rms=lambda t: t.detach().double().std()), ["case 1", "standard deviation"]),
+            (functools.partial(depth_rms, rms=lambda t: t.detach().double().norm()), ["norm / sqrt(numel)"]),
+            (functools.partial(depth_rms, rms=lambda t: t.detach().double().pow(2).mean(-1).sqrt().mean()),
+             ["each token's rms"]),
+            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r, target=torch.ones_like(r)), ["not a tensor of ones"]),
+            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r).flip(-1), ["case 1", "differs"]),
+            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r, order={"pre-ln": "post-ln", "post-ln": "pre-ln"}
+                                               .get(a, a)), ["case 1", "x_l + F(LN(x_l)), not the post-ln order"]),
+            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r, order="residual" if a == "post-ln" else a),
+             ["case 2", "LN(x_l + F(x_l)): the LayerNorm is missing"]),
+            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r)[:, 1:], ["has shape (2, 4), expected (2, 5)", "x_0"]),
+            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r).T, ["row 0 the activations"]),
+        ],
+        "right": [dr_hooks, dr_manual_ln],
+    },
+    "trick_reason": {
+        "wrong": [
+            (tr_seed, ["2 of 17", "'1/sqrt(d_k)' is not 'floating point'", "saturation", "regulariser"]),
+            (tr_layernorm_fp, ["1 of 17", "'LayerNorm' is not 'floating point'"]),
+            (tr_everything_numerical, ["13 of 17"]),
+            (tr_loss_scaling_opt, ["2 of 17", "'loss scaling' is not 'optimisation'", "2^-25"]),
+            (tr_speed_fp, ["2 of 17", "speed"]),
+            (tr_unknown_word, ["must be one of", "'numerical stability'"]),
+            (lambda trick: None, ["must be one of", "None"]),
+        ],
+        "right": [tr_dict, tr_from_module],
+    },
 }
 
 
@@ -380,7 +574,7 @@ def test_correct_alternative_accepted(name, right):
 
 def test_registry_names_the_functions():
     assert set(registry(7)) == {"overflow_point", "stable_logsumexp", "layer_norm_rows", "two_pass_variance",
-                                "layer_norm_backward"}
+                                "layer_norm_backward", "score_variance", "depth_rms", "trick_reason"}
     assert ch7.EXERCISES["stable_logsumexp"] is ch7.check_stable_logsumexp
 
 
@@ -388,7 +582,9 @@ def test_solutions_pass():
     for fn, check in [(overflow_point, ch7.check_overflow_point),
                       (stable_logsumexp, ch7.check_stable_logsumexp), (layer_norm_rows, ch7.check_layer_norm_rows),
                       (two_pass_variance, ch7.check_two_pass_variance),
-                      (layer_norm_backward, ch7.check_layer_norm_backward)]:
+                      (layer_norm_backward, ch7.check_layer_norm_backward),
+                      (score_variance, ch7.check_score_variance), (depth_rms, ch7.check_depth_rms),
+                      (trick_reason, ch7.check_trick_reason)]:
         result = check(fn)
         assert result.passed, result.message
         assert "matches the reference" in result.message
@@ -413,3 +609,37 @@ def test_one_logit_near_miss_is_not_told_that_other_terms_count():
     """For one logit log(max) is the answer, so a float32 near miss must not get the log(max) hint."""
     message = ch7.check_overflow_point(op_float32_bisection).message
     assert "the other terms count too" not in message and "compute in float64" in message
+
+
+def test_score_variance_reference_is_derived_by_sympy_stats():
+    """The checker's closed form, per term, equals Var(q_1 k_1) that sympy.stats integrates over two independent
+    normals with symbolic means (independent terms are uncorrelated, so d_k of them add)."""
+    from sympy.stats import Normal, variance
+
+    _, mu_q, mu_k, sq, sk = ch7._score_symbols()
+    term = variance(Normal("q1", mu_q, sq) * Normal("k1", mu_k, sk))
+    assert sp.simplify(term - ch7._ref_score_variance(1, mu_q, mu_k, sq, sk)) == 0
+
+
+def test_trick_reasons_agree_with_the_chapters_table(root):
+    """The checker's answers for the fourteen tricks of the table are the table's: a bold "yes" in the
+    floating-point column, else a bold "yes" in the scale column (optimisation), else neither."""
+    text = (root / "chapters" / "07-numerical-analysis.md").read_text()
+    section = text.split("(claim-34)=")[1].split("```")[0]
+    rows = [[cell.strip() for cell in line.split("|")[1:4]]
+            for line in section.splitlines() if line.startswith("| ")]
+    table = {name: ch7.FP if fp.startswith("**yes") else ch7.OPT if opt.startswith("**yes") else ch7.NEITHER
+             for name, fp, opt in rows[1:]}
+    labels = {"max-shift": "max-shift in softmax / log-sum-exp", "1/sqrt(d_k)": "$1/\\sqrt{d_k}$",
+              "LayerNorm": "LayerNorm", "residual connections": "residual connections", "pre-LN": "pre-LN vs post-LN",
+              "0.02/sqrt(2L) initialisation": "$0.02/\\sqrt{2L}$ initialisation",
+              "warm-up": "learning-rate warm-up (chapter 3)",
+              "float32 statistics": "float32 statistics in mixed precision",
+              "loss scaling": "loss scaling in mixed precision", "dropout": "dropout",
+              "weight tying": "weight tying (chapter 1)",
+              "base-2 exponential": "base-2 exponential in attention (chapter 1)",
+              "skipping masked blocks": "skipping the causally masked blocks of scores (chapter 1)",
+              "tanh-GELU as x*sigmoid(2u)": "tanh-GELU as $x\\,\\sigma(2u)$ (chapter 8)"}
+    assert len(table) == 14 and set(table) == set(labels.values())
+    for key, label in labels.items():
+        assert ch7.TRICKS[key] == table[label], key

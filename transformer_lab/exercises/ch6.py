@@ -7,17 +7,24 @@
 * ``kv_pair_count(T, T_k)`` — how many (query, key) pairs that mask admits, an int
 * ``alibi(T, n_head)`` — ALiBi's score bias m_h · (j - i), (n_head, T, T), m_h = 2^{-8h/H}, H a power of 2
 * ``head_splits(d_model, n_head)`` — ways to deal d_model coordinates into n_head unordered heads, an int
+* ``is_equivariant(layer, x)`` — whether layer(x[perm]) = layer(x)[perm] for every permutation of x's T rows, a bool
+* ``score_drift(kind, q, k, T_train, T_test)`` — how much a score at an offset seen in training changes when the
+  pair moves up to T_test, for sinusoidal, RoPE or ALiBi positions, a float
+* ``layer_comparison(n, d)`` — (multiply-adds, sequential steps, path length) of a self-attention and a
+  recurrent layer, a dict of int triples
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import torch
 
 from transformer_lab import positional as P
-from transformer_lab.exercises import CheckResult, check_function, describe_difference
+from transformer_lab.attention import MultiHeadAttention
+from transformer_lab.exercises import CheckResult, check_function, describe_difference, distinct_digits, generator
 
 
 def _ref_sinusoidal(n_pos, d_model):
@@ -178,6 +185,228 @@ def check_head_splits(fn) -> CheckResult:
     return _check_count("head_splits", fn, _ref_head_splits, cases, hints)
 
 
+class _Layer:
+    """A layer (T, C) -> (T, C) for the equivariance exercise, shown by its name in the checker's messages."""
+
+    def __init__(self, name: str, fn, hint: str):
+        self.name, self.fn, self.hint = name, fn, hint
+
+    def __call__(self, x):
+        return self.fn(x)
+
+    def __repr__(self):
+        return f"<{self.name}>"
+
+
+def _ref_is_equivariant(layer, x):
+    """Every one of the T! orders of x's rows: layer(x[perm]) = layer(x)[perm] up to rounding."""
+    out = layer(x)
+    tol = dict(rtol=1e-4, atol=1e-5) if x.dtype == torch.float32 else dict(rtol=1e-9, atol=1e-12)
+    return all(torch.allclose(layer(x[list(p)]), out[list(p)], **tol)
+               for p in itertools.permutations(range(x.shape[0])))
+
+
+def _equivariance_layers() -> list[tuple[_Layer, torch.Tensor]]:
+    """The checker's cases: (layer, x) with T = 4 tokens of width 8; attention is our MultiHeadAttention."""
+    g = generator(6)
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(6)
+    mha = MultiHeadAttention(8, 2).double()
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8)).double()
+    torch.random.set_rng_state(torch_state)
+    mha32 = MultiHeadAttention(8, 2)
+    mha32.load_state_dict({k: v.float() for k, v in mha.state_dict().items()})
+    pe = P.sinusoidal_encoding(4, 8, dtype=torch.float64)
+    last = torch.zeros(4, 8, dtype=torch.float64)
+    last[-1] = 1.0  # a marker on the last position only
+
+    def attn(m, mask=None):
+        return lambda x: m(query=x[None], key=x[None], value=x[None], mask=mask)[0]
+
+    swap = ("try several permutations (random ones, or all T! of them for small T), not one fixed swap: a swap "
+            "that leaves the last token in place does not show it")
+    compare = ("compare layer(x[perm]) with layer(x)[perm], the output reordered the same way (not with layer(x) "
+               "itself: that is invariance; not with the inverse order), within a tolerance (torch.allclose): the "
+               "sums over keys run in another order and round differently, even in float64")
+    layers = [
+        _Layer("attention, no positions, no mask", attn(mha), compare),
+        _Layer("attention with a causal mask", attn(mha, P.causal_mask(4)),
+               "the causal mask lets query i see keys 0 … i only: which keys a token sees depends on its position"),
+        _Layer("attention after adding sinusoidal positions", lambda x: attn(mha)(x + pe),
+               "adding PE(t) to row t ties every row to a position: moving a token changes what is added to it"),
+        _Layer("a token-wise MLP", mlp, compare),
+        _Layer("attention in float32", attn(mha32),
+               compare + "; in float32 a tolerance of float64's size is too strict: rounding differs by "
+                         "about 1e-7 of the values (torch.allclose's defaults are fine)"),
+        _Layer("attention with a marker added to the last position", lambda x: attn(mha)(x + last),
+               "it adds a marker to whatever token is last; " + swap),
+        _Layer("a running sum over the tokens", lambda x: x.cumsum(0),
+               "row t sums rows 0 … t: reordering the input changes which rows each output sums"),
+    ]
+    x = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    return [(layer, x.float() if "float32" in layer.name else x) for layer in layers]
+
+
+def check_is_equivariant(fn) -> CheckResult:
+    """``fn(layer, x (T, C)) -> bool``: True when layer(x[perm]) = layer(x)[perm] (to rounding) for every perm."""
+    if not callable(fn):
+        return CheckResult("is_equivariant", False, f"expected a function, got {type(fn).__name__}")
+
+    def compare(got, expected):
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and got.dtype == torch.bool:
+            got = bool(got)
+        if not isinstance(got, bool | np.bool_):
+            return f"the answer must be a bool (True: equivariant), got {type(got).__name__} {got!r}"
+        return None if bool(got) == expected else f"the answer is {bool(got)}, expected {expected}"
+
+    cases = _equivariance_layers()
+    for n, (layer, x) in enumerate(cases, start=1):
+        result = check_function("is_equivariant", fn, _ref_is_equivariant, [{"layer": layer, "x": x}],
+                                compare=compare)
+        if not result.passed:
+            if result.message.startswith("the answer is"):
+                return CheckResult(result.name, False, f"{layer.name} (case {n} of {len(cases)}): "
+                                   f"{result.message.split(' (on case')[0]}; hint: {layer.hint}")
+            return result
+    return CheckResult("is_equivariant", True, f"right on all {len(cases)} layers")
+
+
+def _scores(kind, q, k, T):
+    """S[m, n], the score of query q at position m and key k at position n, (T, T)."""
+    d = q.shape[-1]
+    if kind == "sinusoidal":
+        pe = P.sinusoidal_encoding(T, d, dtype=torch.float64)
+        return (q + pe) @ (k + pe).T  # (q + PE(m)) · (k + PE(n))
+    if kind == "rope":
+        return P.apply_rope(q.expand(T, d)) @ P.apply_rope(k.expand(T, d)).T  # Rot(mθ)q · Rot(nθ)k
+    if kind == "alibi":
+        pos = torch.arange(T, dtype=torch.float64)
+        return q @ k + 0.5 * (pos[None, :] - pos[:, None])  # q·k + m_1 (n - m), head 1 of 8
+    raise ValueError(f"kind must be 'sinusoidal', 'rope' or 'alibi', got {kind!r}")
+
+
+def _drift(S, T_train):
+    """max over offsets δ < T_train and pairs (m, m - δ) of |S[m, m - δ] - S[δ, 0]|."""
+    return max((S.diagonal(-delta) - S[delta, 0]).abs().max().item() for delta in range(T_train))
+
+
+def _ref_score_drift(kind, q, k, T_train, T_test):
+    return _drift(_scores(kind, q.double(), k.double(), T_test), T_train)
+
+
+def _drift_mistakes(kind, q, k, T_train, T_test) -> list[tuple[float, str]]:
+    """(the answer a typical mistake gives, its hint) for one case."""
+    q, k = q.double(), k.double()
+    d = q.shape[-1]
+    out = [(_drift(_scores(kind, q, k, T_test), T_test), "only offsets seen in training count: δ < T_train, "
+                                                         "not every offset up to T_test"),
+           (_drift(_scores(kind, q, k, T_train), T_train), "move the pairs beyond the training length: positions "
+                                                           "up to T_test - 1, not T_train - 1"),
+           (max((S := _scores(kind, q, k, T_test)).diagonal(-delta).sub(S.diagonal(-delta)[T_train - 1 - delta])
+                .abs().max().item() for delta in range(T_train)),
+            "compare with the score of the same offset at the start, S[δ, 0], the pair at positions (δ, 0)")]
+    if kind == "sinusoidal":
+        pe = P.sinusoidal_encoding(T_test, d, dtype=torch.float64)
+        out.append((_drift(pe @ pe.T, T_train), "the score is (q + PE(m))·(k + PE(n)): PE(m)·PE(n) alone depends "
+                                                "on m - n only, but the cross terms q·PE(n) and PE(m)·k do not"))
+    if kind == "rope":
+        S = P.apply_rope(q.expand(T_test, d)) @ P.apply_rope(k.expand(T_test, d), -torch.arange(T_test)).T
+        out.append((_drift(S, T_train), "rotate the query and the key the same way, by mθ and nθ: opposite "
+                                        "rotations give a score that depends on m + n"))
+    return out
+
+
+def check_score_drift(fn) -> CheckResult:
+    """``fn(kind, q (d,), k (d,), T_train, T_test) -> float``: max |S[m, m - δ] - S[δ, 0]| over δ < T_train."""
+    g = generator(3)
+    q, k = torch.randn(2, 16, generator=g, dtype=torch.float64)
+    cases = [{"kind": kind, "q": q, "k": k, "T_train": 16, "T_test": 64} for kind in ("sinusoidal", "rope", "alibi")]
+    cases += [{"kind": "sinusoidal", "q": k, "k": q, "T_train": 4, "T_test": 10},
+              {"kind": "rope", "q": q[:8], "k": k[:8], "T_train": 4, "T_test": 10}]
+
+    def compare(got, expected):
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, float | int | np.floating):
+            return f"the answer must be a float, got {type(got).__name__}"
+        if abs(got - expected) <= 1e-4 + 1e-4 * abs(expected):
+            return None
+        shown = distinct_digits(float(got), expected)
+        return f"the drift is {shown[0]}, expected {shown[1]}"
+
+    result = check_function("score_drift", fn, _ref_score_drift, cases, compare=compare)
+    if result.passed or not result.message.startswith("the drift is"):
+        return result
+    n = int(result.message.rsplit("(on case ", 1)[1].split(":")[0])
+    case = cases[n - 1]
+    got = float(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())))
+    for wrong, hint in _drift_mistakes(**case):
+        if abs(got - wrong) <= 1e-6 + 1e-6 * abs(wrong) and abs(wrong - _ref_score_drift(**case)) > 1e-3:
+            return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
+    return result
+
+
+def _ref_layer_comparison(n, d):
+    return {"attention": (4 * n * d * d + 2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
+
+
+_LAYER_HINTS = {
+    ("attention", 0): [(lambda n, d: 2 * n * n * d, "add the four projections to queries, keys, values and the "
+                                                    "output, d × d each: 4nd²"),
+                       (lambda n, d: 4 * n * d * d + n * n * d, "the weighted sum AV costs n²d multiply-adds as "
+                                                                "well as the scores QKᵀ"),
+                       (lambda n, d: 3 * n * d * d + 2 * n * n * d, "four projections: W_O as well as W_Q, W_K, W_V"),
+                       (lambda n, d: 8 * n * d * d + 4 * n * n * d, "that counts FLOPs (a multiply-add is two); "
+                                                                    "the question counts multiply-adds")],
+    ("attention", 1): [(lambda n, d: n, "within a layer all n positions are computed at once, in one step (only "
+                                        "generation, token by token, is sequential)")],
+    ("attention", 2): [(lambda n, d: n, "query n reads key 1 directly: one step, however far apart")],
+    ("recurrent", 0): [(lambda n, d: n * d * d, "two products per step: x_t W_x and h_{t-1} W_h, d² each"),
+                       (lambda n, d: 2 * (n - 1) * d * d, "count the first step too (h_0 = 0 still goes through "
+                                                          "the product, as the question says)"),
+                       (lambda n, d: 4 * n * d * d, "that counts FLOPs (a multiply-add is two); the question "
+                                                    "counts multiply-adds")],
+    ("recurrent", 1): [(lambda n, d: 1, "h_t needs h_{t-1}: the n steps run one after another")],
+    ("recurrent", 2): [(lambda n, d: n - 1, "x_1 enters at step 1 and h_n is computed at step n: n steps, counting "
+                                            "both ends"),
+                       (lambda n, d: 1, "x_1 reaches h_n only through h_2, …, h_{n-1}")],
+}
+_LAYER_PARTS = ("multiply-adds", "sequential steps", "path length")
+
+
+def check_layer_comparison(fn) -> CheckResult:
+    """``fn(n, d) -> {"attention": (cost, steps, path), "recurrent": (cost, steps, path)}``, ints."""
+    cases = [{"n": 4, "d": 2}, {"n": 128, "d": 64}, {"n": 1024, "d": 512}, {"n": 2048, "d": 64}]
+
+    def compare(got, expected):
+        if not isinstance(got, dict) or set(got) != set(expected):
+            return (f"the answer must be a dict with the keys 'attention' and 'recurrent', got "
+                    f"{type(got).__name__}{' with keys ' + str(sorted(got)) if isinstance(got, dict) else ''}")
+        for layer, want in expected.items():
+            have = got[layer]
+            if not isinstance(have, tuple | list) or len(have) != 3:
+                return (f"{layer!r} must be a triple (multiply-adds, sequential steps, path length), got "
+                        f"{type(have).__name__} {have!r}")
+            for i, (h, w) in enumerate(zip(have, want, strict=True)):
+                msg = describe_difference(h, w, what=f"{layer} {_LAYER_PARTS[i]}")
+                if msg:
+                    return msg if "must be an int" in msg else f"{layer} {_LAYER_PARTS[i]}: got {h}, expected {w}"
+        return None
+
+    result = check_function("layer_comparison", fn, _ref_layer_comparison, cases, compare=compare)
+    if result.passed:
+        return result
+    for (layer, i), hints in _LAYER_HINTS.items():
+        if result.message.startswith(f"{layer} {_LAYER_PARTS[i]}: got"):
+            n_case = int(result.message.rsplit("(on case ", 1)[1].split(":")[0])
+            n, d = cases[n_case - 1].values()
+            got = int(result.message.split(": got ", 1)[1].split(",")[0])
+            for wrong, hint in hints:
+                if got == wrong(n, d):
+                    return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
+    return result
+
+
 EXERCISES = {
     "sinusoidal": check_sinusoidal,
     "rotation_for_offset": check_rotation_for_offset,
@@ -186,4 +415,7 @@ EXERCISES = {
     "kv_pair_count": check_kv_pair_count,
     "alibi": check_alibi,
     "head_splits": check_head_splits,
+    "is_equivariant": check_is_equivariant,
+    "score_drift": check_score_drift,
+    "layer_comparison": check_layer_comparison,
 }

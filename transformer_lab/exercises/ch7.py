@@ -9,6 +9,11 @@
   float32 even when the mean is large (where ``E[x^2] - E[x]^2`` cancels catastrophically)
 * ``layer_norm_backward(x, g, eps)`` -- ``dL/dx = r (g - mean(g) - xhat mean(g xhat))``, the closed-form
   backward of LayerNorm without gamma and beta
+* ``score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k)`` -- Var(q . k) for independent entries with those means and
+  standard deviations, a SymPy expression
+* ``depth_rms(arrangement, W1, W2, x, r)`` -- (2, L + 1): the rms of x_0 … x_L through L blocks of an
+  arrangement (plain, residual, post-LN, pre-LN) and of the gradients of sum(x_L * r) with respect to each
+* ``trick_reason(trick)`` -- "floating point", "optimisation" or "neither": the chapter's sorting of the tricks
 
 Each checker runs groups of cases; when a group fails, the message adds a hint about what that group tests (a
 hint may first look at the answer, so that it names the mistake actually made). A group may set its own
@@ -22,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
+from transformer_lab.exercises import CheckResult, check_expression, check_function, describe_difference, generator
 
 D = torch.float64
 
@@ -367,10 +372,220 @@ def check_layer_norm_backward(fn) -> CheckResult:
                    shape_hint="dL/dx has the shape of x; keep the reduced dimension (keepdim=True) for every mean")
 
 
+# ---------------------------------------------------------------- 6. Var(q . k) with means (SymPy)
+def _score_symbols():
+    """d_k (a positive integer), mu_q, mu_k (real), sigma_q, sigma_k (positive)."""
+    import sympy as sp
+
+    return (sp.Symbol("d_k", integer=True, positive=True), *sp.symbols("mu_q mu_k", real=True),
+            *sp.symbols("sigma_q sigma_k", positive=True))
+
+
+def _ref_score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k):
+    """d_k (sigma_q^2 sigma_k^2 + mu_q^2 sigma_k^2 + sigma_q^2 mu_k^2): d_k independent terms, each
+    Var(q_i k_i) = E[q_i^2] E[k_i^2] - (mu_q mu_k)^2 (derived with sympy.stats in the tests)."""
+    return d_k * (sigma_q**2 * sigma_k**2 + mu_q**2 * sigma_k**2 + sigma_q**2 * mu_k**2)
+
+
+def check_score_variance(fn) -> CheckResult:
+    """``fn(d_k, mu_q, mu_k, sigma_q, sigma_k) -> sympy expression``: Var(sum_i q_i k_i), entries independent."""
+    import sympy as sp
+
+    d_k, mu_q, mu_k, sq, sk = _score_symbols()
+    cases = [{"d_k": d_k, "mu_q": mu_q, "mu_k": mu_k, "sigma_q": sq, "sigma_k": sk},
+             {"d_k": d_k, "mu_q": sp.Integer(0), "mu_k": mu_k, "sigma_q": sq, "sigma_k": sk}]
+    one = lambda a, b, s, t: s**2 * t**2 + a**2 * t**2 + s**2 * b**2  # noqa: E731  one term's variance
+    hints = [
+        (lambda d_k, mu_q, mu_k, sigma_q, sigma_k: d_k * sigma_q**2 * sigma_k**2,
+         "that is the mean-0 result; with means, E[q_i^2] = sigma_q^2 + mu_q^2, so Var(q_i k_i) = "
+         "E[q_i^2] E[k_i^2] - (mu_q mu_k)^2 has cross terms"),
+        (lambda d_k, mu_q, mu_k, sigma_q, sigma_k: d_k * (sigma_q**2 + mu_q**2) * (sigma_k**2 + mu_k**2),
+         "that is E[(q_i k_i)^2] summed: subtract each term's squared mean (mu_q mu_k)^2"),
+        (lambda d_k, mu_q, mu_k, sigma_q, sigma_k: d_k**2 * one(mu_q, mu_k, sigma_q, sigma_k),
+         "the terms are independent, so their variances add: d_k times one term's, not d_k^2 times (that would "
+         "be perfectly correlated terms)"),
+        (lambda d_k, mu_q, mu_k, sigma_q, sigma_k: one(mu_q, mu_k, sigma_q, sigma_k),
+         "that is one term's variance, or the variance of q.k / sqrt(d_k): the question asks for the unscaled sum "
+         "of d_k terms"),
+        (lambda d_k, mu_q, mu_k, sigma_q, sigma_k: sp.sqrt(d_k) * one(mu_q, mu_k, sigma_q, sigma_k),
+         "the variance grows like d_k; its square root, the standard deviation, like sqrt(d_k)"),
+        (lambda d_k, mu_q, mu_k, sigma_q, sigma_k: d_k * (sigma_q * sigma_k + mu_q * sigma_k + sigma_q * mu_k) ** 2,
+         "Var(q_i k_i) = E[q_i^2] E[k_i^2] - (E[q_i] E[k_i])^2: expand E[q_i^2] = sigma_q^2 + mu_q^2 and "
+         "E[k_i^2] = sigma_k^2 + mu_k^2, do not square a sum of standard deviations"),
+    ]
+    return check_expression("score_variance", fn, _ref_score_variance, cases, hints=hints)
+
+
+# ---------------------------------------------------------------- 7. signals and gradients through depth
+def _profile(xs, grads) -> torch.Tensor:
+    rms = lambda t: t.detach().double().pow(2).mean().sqrt()  # noqa: E731  sqrt(mean(t^2)) over all entries
+    return torch.stack([torch.stack([rms(t) for t in xs]), torch.stack([rms(g) for g in grads])])
+
+
+def _run_stack(arrangement, W1, W2, x, r):
+    """``[x_0, …, x_L]`` through the package's blocks (:func:`residual.make_block`) around
+    ``F_l(v) = relu(v W1[l]) W2[l]``, and the gradients of ``sum(x_L * r)`` with respect to each."""
+    from transformer_lab.residual import make_block
+
+    xs = [x.detach().clone().requires_grad_()]
+    for l in range(W1.shape[0]):
+        F = lambda v, l=l: torch.relu(v @ W1[l]) @ W2[l]  # noqa: E731
+        xs.append(make_block(arrangement, x.shape[-1], F).to(x.dtype)(xs[-1]))
+    return xs, torch.autograd.grad((xs[-1] * r).sum(), xs)
+
+
+def _ref_depth_rms(arrangement, W1, W2, x, r):
+    """(2, L + 1) float64: row 0 rms(x_l), row 1 rms(d sum(x_L r) / d x_l), l = 0 … L."""
+    return _profile(*_run_stack(arrangement, W1, W2, x, r))
+
+
+def _depth_cases() -> list[dict]:
+    """The checker's cases: each arrangement, He-initialised W1 and W2 scaled to a branch gain, float64."""
+    g = generator(13)
+    cases = []
+    for arrangement, n_layer, gain in (("pre-ln", 4, 1.0), ("post-ln", 4, 1.0), ("residual", 3, 0.5),
+                                       ("plain", 3, 1.25), ("pre-ln", 6, 0.3)):
+        C = 12
+        cases.append({"arrangement": arrangement,
+                      "W1": torch.randn(n_layer, C, C, generator=g, dtype=D) * math.sqrt(2 / C),  # He
+                      "W2": torch.randn(n_layer, C, C, generator=g, dtype=D) * (gain / math.sqrt(C)),
+                      "x": torch.randn(10, C, generator=g, dtype=D) + 0.5,  # mean 0.5: rms and std differ
+                      "r": torch.randn(10, C, generator=g, dtype=D)})
+    return cases
+
+
+_DEPTH_HINTS = {
+    "post-ln": "post-LN normalises the sum: x_{l+1} = LN(x_l + F(x_l))",
+    "pre-ln": "pre-LN normalises only what enters the branch: x_{l+1} = x_l + F(LN(x_l))",
+}
+
+
+def _depth_mistakes(arrangement, W1, W2, x, r) -> list[tuple[torch.Tensor, str]]:
+    """(what a typical mistake returns, its hint) for one case."""
+    xs, grads = _run_stack(arrangement, W1, W2, x, r)
+    std = lambda ts: torch.stack([t.detach().double().std() for t in ts])  # noqa: E731
+    token_rms = lambda ts: torch.stack([t.detach().double().pow(2).mean(-1).sqrt().mean() for t in ts])  # noqa: E731
+    norm = lambda ts: torch.stack([t.detach().double().norm() for t in ts])  # noqa: E731
+    right = _profile(xs, grads)
+    out = [(torch.stack([std(xs), std(grads)]), "the rms is sqrt(mean(t**2)) over all entries, not the standard "
+                                                "deviation (which subtracts the mean and divides by N - 1)"),
+           (torch.stack([norm(xs), norm(grads)]), "divide by the number of entries: rms = norm / sqrt(numel)"),
+           (torch.stack([token_rms(xs), token_rms(grads)]), "one rms over all entries of x_l, not the mean of each "
+                                                            "token's rms"),
+           (_profile(*_run_stack(arrangement, W1, W2, x, torch.ones_like(r))),
+            "the loss is sum(x_L * r): its gradient at the top is r, not a tensor of ones"),
+           (torch.stack([right[0], right[1].flip(0)]), "index l is depth l in both rows: the gradient at the input "
+                                                       "x_0 comes first")]
+    if arrangement in _DEPTH_HINTS:
+        other = "pre-ln" if arrangement == "post-ln" else "post-ln"
+        out.append((_ref_depth_rms(other, W1, W2, x, r), _DEPTH_HINTS[arrangement] + f", not the {other} order"))
+        out.append((_ref_depth_rms("residual", W1, W2, x, r), _DEPTH_HINTS[arrangement] + ": the LayerNorm is missing"))
+    return out
+
+
+def check_depth_rms(fn) -> CheckResult:
+    """``fn(arrangement, W1 (L, C, C), W2 (L, C, C), x (N, C), r (N, C)) -> (2, L + 1)``: rms of every x_l and
+    of every d sum(x_L r) / d x_l, l = 0 … L, through L blocks around F_l(v) = relu(v W1[l]) W2[l]."""
+    cases = _depth_cases()
+
+    def compare(got, expected):
+        if isinstance(got, torch.Tensor) and got.shape == (expected.shape[1], 2):
+            return (f"output has shape {tuple(got.shape)}, expected {tuple(expected.shape)}: row 0 the activations, "
+                    "row 1 the gradients")
+        msg = describe_difference(got, expected, atol=1e-9, rtol=1e-6)
+        if msg and msg.startswith("output has shape"):
+            msg += (f": two rows of L + 1 = {expected.shape[1]}, x_0 (the input) and the output of each of the "
+                    f"{expected.shape[1] - 1} blocks")
+        return msg
+
+    for n, case in enumerate(cases, start=1):
+        result = check_function("depth_rms", fn, _ref_depth_rms, [case], compare=compare)
+        if result.passed:
+            continue
+        if result.message.startswith(("not written yet", "expected a function")) or "in this order" in result.message:
+            return result
+        message = result.message.replace("(on case 1:", f"(on case {n}:")
+        try:
+            got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())),
+                                  dtype=D)
+            for wrong, hint in _depth_mistakes(**case):
+                if got.shape == wrong.shape and torch.allclose(got, wrong.double(), rtol=1e-6, atol=1e-9):
+                    return CheckResult("depth_rms", False, f"{message}; hint: {hint}")
+        except Exception:  # the message already says what differs
+            pass
+        return CheckResult("depth_rms", False, message)
+    return CheckResult("depth_rms", True, f"matches the reference on all {len(cases)} stacks")
+
+
+# ---------------------------------------------------------------- 8. the tricks, sorted
+FP, OPT, NEITHER = "floating point", "optimisation", "neither"
+TRICKS = {  # the chapter's table (tests/test_exercises_ch7.py reads the page's table and compares), then three more
+    "max-shift": FP, "1/sqrt(d_k)": OPT, "LayerNorm": OPT, "residual connections": OPT, "pre-LN": OPT,
+    "0.02/sqrt(2L) initialisation": OPT, "warm-up": OPT, "float32 statistics": FP, "loss scaling": FP,
+    "dropout": NEITHER, "weight tying": NEITHER, "base-2 exponential": NEITHER, "skipping masked blocks": NEITHER,
+    "tanh-GELU as x*sigmoid(2u)": NEITHER,
+    "gradient clipping": OPT, "log_softmax instead of log(softmax)": FP, "label smoothing": NEITHER,
+}
+_TRICK_HINTS = {
+    "max-shift": "without it e^z overflows and log 0 appears; in exact arithmetic the shift changes nothing",
+    "1/sqrt(d_k)": "the max-shift already prevents overflow: the scale keeps the softmax out of saturation, where "
+                   "its gradient vanishes, which would hold with exact numbers too",
+    "LayerNorm": "it fixes the scale of what enters each sub-layer, a reason that holds in exact arithmetic; the "
+                 "floating-point benefit is only indirect",
+    "residual connections": "an identity path for the gradient through depth: a scale argument, not a rounding one",
+    "pre-LN": "a clean identity path and less amplification of weight updates: about optimisation",
+    "0.02/sqrt(2L) initialisation": "it stops the stream's variance from growing with depth, in exact arithmetic too",
+    "warm-up": "small updates while gradients are large and updates amplified: the scale of updates",
+    "float32 statistics": "a long sum accumulates rounding errors and float16's range is small: pure floating point",
+    "loss scaling": "float16 gradients below 2^-25 round to 0: a range problem that exact numbers would not have",
+    "dropout": "a regulariser against over-fitting; it does nothing for stability",
+    "weight tying": "fewer parameters, a shared embedding geometry: architecture, not stability",
+    "base-2 exponential": "e^x and 2^(x log2 e) are equally stable; the reason is speed",
+    "skipping masked blocks": "the skipped scores would be discarded anyway; the reason is speed",
+    "tanh-GELU as x*sigmoid(2u)": "the same function, computed faster; the reason is speed",
+    "gradient clipping": "it bounds the size of an update, in exact arithmetic too: the scale of updates",
+    "log_softmax instead of log(softmax)": "softmax can round a probability to 0 and log 0 = -inf; log_softmax never "
+                                           "forms it: a floating-point reason",
+    "label smoothing": "it softens the targets against over-confidence: a regulariser, like dropout",
+}
+_SYNONYMS = {"floating point": FP, "floating-point": FP, "fp": FP, "optimisation": OPT, "optimization": OPT,
+             "scale": OPT, "neither": NEITHER, "other": NEITHER, "none": NEITHER}
+
+
+def _ref_trick_reason(trick):
+    return TRICKS[trick]
+
+
+def check_trick_reason(fn) -> CheckResult:
+    """``fn(trick) -> "floating point" | "optimisation" | "neither"`` for every trick of :data:`TRICKS`."""
+    if not callable(fn):
+        return CheckResult("trick_reason", False, f"expected a function, got {type(fn).__name__}")
+    wrong = []
+    for trick in TRICKS:
+        result = check_function("trick_reason", fn, _ref_trick_reason, [{"trick": trick}],
+                                compare=lambda got, expected: None)  # runs fn: a crash or a stub is reported
+        if not result.passed:
+            return result
+        got = fn(trick)
+        if not isinstance(got, str) or got.strip().lower() not in _SYNONYMS:
+            return CheckResult("trick_reason", False, f"{trick!r}: the answer must be one of 'floating point', "
+                                                      f"'optimisation' or 'neither', got {got!r}")
+        if _SYNONYMS[got.strip().lower()] != TRICKS[trick]:
+            wrong.append(f"{trick!r} is not {_SYNONYMS[got.strip().lower()]!r} ({_TRICK_HINTS[trick]})")
+    if wrong:
+        return CheckResult("trick_reason", False, f"{len(wrong)} of {len(TRICKS)} sorted differently from the "
+                                                  f"chapter's criterion: " + "; ".join(wrong))
+    return CheckResult("trick_reason", True, f"matches the reference: all {len(TRICKS)} tricks sorted as the chapter's "
+                                             "criterion sorts them")
+
+
 EXERCISES = {
     "overflow_point": check_overflow_point,
     "stable_logsumexp": check_stable_logsumexp,
     "layer_norm_rows": check_layer_norm_rows,
     "two_pass_variance": check_two_pass_variance,
     "layer_norm_backward": check_layer_norm_backward,
+    "score_variance": check_score_variance,
+    "depth_rms": check_depth_rms,
+    "trick_reason": check_trick_reason,
 }
