@@ -15,7 +15,6 @@ with links to its two notebooks.
 from __future__ import annotations
 
 import html
-import re
 from pathlib import Path
 
 import jupytext
@@ -23,15 +22,13 @@ import nbformat
 from lab_cache import _is_notebook
 from sphinx.application import Sphinx
 
+from transformer_lab.course import Solution, without_solutions
+
 NOTE = {
     "student": ("**Student notebook.** Solutions are removed. Fill in each cell marked `raise NotImplementedError`"
                 " and run the check cell after it; `python -m transformer_lab check N answers.py` grades a file."),
     "instructor": "**Instructor notebook.** Complete, with every solution.",
 }
-# A solution written as one directive (``` or ```` fenced) or opened/closed by the gated pair.
-_SOLUTION_BLOCK = re.compile(r"^(`{3,}|:{3,})\{solution\}.*?^\1[ \t]*$\n?", re.S | re.M)
-_GATE = re.compile(r"^(`{3,})\{solution-(?:start|end)\}.*?^\1[ \t]*$\n?", re.S | re.M)
-
 
 _HIDDEN_ON_SITE = {"remove-cell", "remove-input", "hide-input"}
 
@@ -57,23 +54,19 @@ def instructor_notebook(page: Path) -> nbformat.NotebookNode:
 
 
 def student_notebook(page: Path) -> nbformat.NotebookNode:
-    """The chapter as a notebook with every solution removed."""
+    """The chapter as a notebook with every solution removed: code and text (transformer_lab.course)."""
     nb = jupytext.read(page)
-    cells = []
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
-            continue
-        if cell.cell_type == "markdown":
-            cell.source = _GATE.sub("", _SOLUTION_BLOCK.sub("", cell.source)).strip()
-            if not cell.source:
-                continue
-        cells.append(cell)
-    nb.cells = cells
+    nb.cells = [c for c in without_solutions(nb) if not isinstance(c, Solution)]
     return _with_note(nb, "student")
 
 
 def notebook_names(page: Path) -> dict[str, str]:
     return {kind: f"{page.stem}-{kind}.ipynb" for kind in ("student", "instructor")}
+
+
+def _kinds(app: Sphinx) -> tuple[str, ...]:
+    """The notebooks this edition ships (tools/edition.py): the student edition has no instructor notebook."""
+    return ("student",) if getattr(app.config, "tl_edition", "instructor") == "student" else ("student", "instructor")
 
 
 def write_notebooks(app: Sphinx, exception) -> None:
@@ -84,7 +77,8 @@ def write_notebooks(app: Sphinx, exception) -> None:
     for page in chapter_pages(Path(app.srcdir)):
         names = notebook_names(page)
         nbformat.write(student_notebook(page), out / names["student"])
-        nbformat.write(instructor_notebook(page), out / names["instructor"])
+        if "instructor" in _kinds(app):
+            nbformat.write(instructor_notebook(page), out / names["instructor"])
 
 
 def add_links(app: Sphinx, pagename: str, templatename, context, doctree) -> None:
@@ -94,7 +88,7 @@ def add_links(app: Sphinx, pagename: str, templatename, context, doctree) -> Non
     names = notebook_names(page)
     links = " · ".join(
         f'<a href="{html.escape(context["pathto"]("notebooks/" + names[kind], 1))}" download>{kind} notebook</a>'
-        for kind in ("student", "instructor"))
+        for kind in _kinds(app))
     line = f'\n<p class="tl-downloads">Download this chapter as a {links}.</p>\n'
     body = context["body"]
     at = body.find("</h1>")
