@@ -2,6 +2,7 @@
 
     python tools/build.py                         # the whole book into _build/html (what `make book` runs)
     python tools/build.py chapters/03-optimization.md [...]
+    python tools/build.py --edition student       # the student edition into _build/student/_build/html
 
 With pages named, every page is still rendered (so cross-references resolve) but only those are executed,
 into ``_build/pages/<first page's name>/`` with their own execution cache: a quick check of one chapter while
@@ -11,6 +12,7 @@ raised, the page, the cell and the traceback; it exits non-zero.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -82,6 +84,15 @@ def run(root: Path, extra: list[str], html_dir: Path) -> int:
 
 def main(pages: list[str]) -> int:
     subprocess.run(["bash", str(ROOT / "tools" / "fetch_assets.sh")], check=True)
+    if pages[:1] == ["--edition"]:  # the whole book in one edition (tools/edition.py); the default is the full one
+        if pages[1:] not in (["instructor"], ["student"]):
+            print("--edition takes one of: instructor, student", file=sys.stderr)
+            return 2
+        if pages[1] == "instructor":
+            return main([])
+        os.environ["TL_EDITION"] = "student"  # read by tools/edition.py in the Sphinx run
+        out = ROOT / "_build" / "student"
+        return run(ROOT, ["--path-output", str(out)], out / "_build" / "html")
     if not pages:
         return run(ROOT, [], ROOT / "_build" / "html")
     targets = [Path(p).resolve().relative_to(ROOT).as_posix() for p in pages]
