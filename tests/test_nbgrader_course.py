@@ -1,7 +1,9 @@
 """The nbgrader route (issue 13): `export-course` writes a course that nbgrader releases without solutions and
-autogrades with the right scores; solutions leave no text behind in the student's copies."""
+autogrades with the right scores, and whose collected notebooks the isolated grader (`check N FOLDER`) marks the
+same way; solutions leave no text behind in the student's copies."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -12,6 +14,7 @@ from conftest import NOTEBOOK_HEADER
 from course_notebooks import student_notebook
 from nbgrader.api import Gradebook
 
+from transformer_lab import grading
 from transformer_lab.course import COURSE_ID, POINTS, Solution, assignment_notebook, export_course, without_solutions
 
 CHAPTER = 8  # four exercises, each checked in well under a second
@@ -139,3 +142,11 @@ def test_nbgrader_releases_without_solutions_and_autogrades(tmp_path):
         assert (bad.score, bad.max_score) == (total - POINTS, total)
         [failed] = [g for g in bad.notebooks[0].grades if g.score < g.max_score]
         assert failed.cell.name == f"test_{wrong}"
+
+    flat = tmp_path / "collected"  # the course guide's way to the isolated grader: one notebook per student
+    flat.mkdir()
+    for student in ("right", "wrong"):
+        shutil.copy(course / "submitted" / student / assignment / release.name, flat / f"{student}.ipynb")
+    rows = grading.grade_folder(CHAPTER, flat, tmp_path / "grades.csv")
+    assert {(r["student"], r["exercise"]) for r in rows if not r["passed"]} == {("wrong", wrong)}
+    assert len(rows) == 2 * len(solutions)

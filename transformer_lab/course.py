@@ -13,9 +13,10 @@ assignment notebook holds the chapter's ``## Exercises`` section, where
   chapter's checker passes;
 * written solutions are removed, and so are the hidden ``remove-cell`` cells (the page's ``claim()`` guards).
 
-The rest of the chapter stays on the website: executing a whole chapter takes 20 to 40 s and renders every
-figure's frames, and its hidden cells define names that its visible ones use, so autograding each submission
-would cost that much for nothing graded. A locked first cell imports what the chapter imports.
+The rest of the chapter stays in the book: autograding runs every cell of every submission, and a whole chapter
+executes for up to a minute, renders every figure's frames and has hidden cells that define names its visible
+ones use, all for nothing graded. A locked first cell imports what the exercises use (never the book's own
+version of a function the student writes), so a submission runs in seconds after ``import torch``.
 
 :func:`without_solutions` is also what ``tools/course_notebooks.py`` uses to write the student notebooks.
 """
@@ -259,6 +260,9 @@ def export_course(dest: Path, chapters=None, *, book: Path = BOOK) -> Path:
     all; replaced if there) and ``nbgrader_config.py`` (kept if there, so a lecturer's edits survive). Returns
     ``dest``."""
     known = chapter_numbers(book)
+    if not known:
+        raise FileNotFoundError(f"no chapters in {book / 'chapters'}: the course is exported from the book's "
+                                f"repository (a clone with chapters/ beside transformer_lab/)")
     chapters = known if chapters is None else list(chapters)
     unknown = [n for n in chapters if n not in known]
     if unknown or not chapters:
