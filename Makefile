@@ -6,10 +6,11 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help book test lab train bench clean distclean chromium lint
+.PHONY: help book student test lab train bench clean distclean chromium lint
 
 help:
 	@echo "make book   create .venv, install the pinned requirements, execute every chapter, build _build/html"
+	@echo "make book EDITION=student   the student edition (no solutions) into _build/student/_build/html"
 	@echo "make test   the whole test suite (package, every page in a fresh kernel, the website in Chromium)"
 	@echo "make lab    JupyterLab on the student notebooks (EDITION=instructor: the chapters, solutions in; PORT=8888)"
 	@echo "make train  train the shipped mini-GPT checkpoint       make bench  run the benchmarks"
@@ -27,7 +28,12 @@ $(READY): requirements.txt pyproject.toml
 # tools/build.py also fetches MathJax, require.js and the ipywidgets HTML manager (tools/fetch_assets.sh: pinned,
 # from the npm registry, served by the site itself; a stamp file makes a second run instant).
 book: $(READY)
-	$(BIN)/python tools/build.py
+	$(BIN)/python tools/build.py $(if $(filter student,$(EDITION)),--edition student)
+
+# The student edition (no solutions, no instructor notebooks) into _build/student/_build/html; the same as
+# `make book EDITION=student`. Its pages come from the execution cache the full build filled.
+student: $(READY)
+	$(BIN)/python tools/build.py --edition student
 
 # Debian's Chromium drives the browser tests (never `playwright install`).
 chromium:
@@ -36,7 +42,7 @@ chromium:
 lint: $(READY)
 	$(BIN)/ruff check .
 
-test: book chromium lint
+test: book student chromium lint
 	$(BIN)/python -m pytest
 
 # The shipped checkpoint (about 8 minutes on 2 cores; 1 thread makes reruns bit-identical).

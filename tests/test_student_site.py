@@ -1,0 +1,77 @@
+"""The student edition of the website (issue 13): no solution text on any page, no instructor notebook.
+
+``make test`` builds it (``tools/build.py --edition student`` into ``_build/student/_build/html``). Each chapter
+page is loaded in Chromium and its visible text searched for the lines of every solution written in the chapter's
+source; the full edition (``_build/html``) must show them, so the search is known to find what it looks for.
+"""
+
+import re
+
+import pytest
+from conftest import ROOT
+from test_site import ARGS, CHROMIUM
+
+STUDENT = ROOT / "_build" / "student" / "_build" / "html"
+FULL = ROOT / "_build" / "html"
+CHAPTERS = sorted((ROOT / "chapters").glob("0*.md"))
+_GATED = re.compile(r"^```\{solution-start\}.*?^```\{solution-end\}\n```", re.S | re.M)
+_CODE = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.S | re.M)
+
+pytestmark = [pytest.mark.site,
+              pytest.mark.skipif(not (STUDENT / "index.html").is_file(),
+                                 reason="build the student edition first: tools/build.py --edition student"),
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make chromium)")]
+
+
+def solution_lines(page) -> list[str]:
+    """Distinctive lines of the solutions' code: long enough to be unlikely elsewhere, not the stub's signature
+    (which the student edition keeps) and not a check call."""
+    lines = []
+    for block in _GATED.findall(page.read_text(encoding="utf8")):
+        for code in _CODE.findall(block):
+            for line in code.splitlines():
+                line = line.strip()
+                if (len(line) >= 24 and not line.startswith(("#", ":", "def ", "from transformer_lab", "ch"))
+                        and "check_" not in line):
+                    lines.append(" ".join(line.split()))
+    return lines
+
+
+@pytest.fixture(scope="module")
+def page_text():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        context = browser.new_context()
+        context.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
+
+        def text(html_file):
+            page = context.new_page()
+            page.goto(html_file.as_uri())
+            body = " ".join((page.text_content("article") or "").split())  # hidden (folded) text too
+            solutions = page.locator(".solution").count()
+            page.close()
+            return body, solutions
+
+        yield text
+        browser.close()
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_student_page_shows_no_solution(page, page_text):
+    lines = solution_lines(page)
+    assert len(lines) >= 3, f"{page.name}: found only {len(lines)} solution lines to look for"
+    text, solution_boxes = page_text(STUDENT / "chapters" / f"{page.stem}.html")
+    shown = [line for line in lines if line in text]
+    assert not shown and solution_boxes == 0, f"{page.name}: the student edition shows {shown[:3]}"
+    if (FULL / "chapters" / f"{page.stem}.html").is_file():  # the full edition has them: the search works
+        full_text, full_boxes = page_text(FULL / "chapters" / f"{page.stem}.html")
+        assert full_boxes > 0 and sum(line in full_text for line in lines) >= len(lines) // 2
+
+
+def test_student_edition_ships_no_instructor_notebook():
+    notebooks = sorted(p.name for p in (STUDENT / "notebooks").glob("*.ipynb"))
+    assert notebooks and all(name.endswith("-student.ipynb") for name in notebooks), notebooks
+    for page in (STUDENT / "chapters").glob("0*.html"):
+        assert "instructor.ipynb" not in page.read_text(encoding="utf8"), page.name
