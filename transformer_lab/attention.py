@@ -105,6 +105,11 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     if len({torch.float32 if t.dtype in _HALF else t.dtype for t in (query, key, value)}) > 1:
         raise ValueError(f"query, key and value must share a dtype (float16 and bfloat16 count as float32, in which "
                          f"they are computed): got {query.dtype}, {key.dtype}, {value.dtype}")
+    if torch.amp.is_autocast_available(query.device.type) and torch.is_autocast_enabled(query.device.type):
+        with torch.autocast(query.device.type, enabled=False):  # our core picks its precision (forward = backward)
+            return scaled_dot_product_attention(query=query, key=key, value=value, mask=mask, scale=scale,
+                                                dropout=dropout, generator=generator, is_causal=is_causal,
+                                                need_weights=need_weights)
     if query.dtype in _HALF or key.dtype in _HALF or value.dtype in _HALF:  # computed in float32, rounded once
         wide = [t.float() if t.dtype in _HALF else t for t in (query, key, value)]
         out, weights = scaled_dot_product_attention(query=wide[0], key=wide[1], value=wide[2], mask=mask,

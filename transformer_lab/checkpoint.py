@@ -12,6 +12,10 @@ never another checkpoint's ``NAME.best.<hash>.safetensors``). Loading checks the
 entry it uses, the file hash (a truncated or swapped file is caught), and every tensor's name, shape and
 finiteness against the model before anything is copied; nothing is ever unpickled (``safetensors`` stores raw
 arrays, JSON stores text). :class:`Lock` keeps two trainers from writing one checkpoint.
+
+Checkpoints are device-independent: tensors are copied to the CPU before they are written, and :func:`read`
+places them on any device (``device=``, as ``torch.load``'s ``map_location``); copying into a model or optimizer
+moves them to its parameters' device.
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         if key in seen and t.numel():
             continue
         seen[key] = name
-        out[name] = t.detach().contiguous().clone()
+        out[name] = t.detach().to("cpu", copy=True).contiguous()  # on disk, a tensor belongs to no device
     return out
 
 
@@ -144,7 +148,7 @@ def save(path: str | Path, *, model: torch.nn.Module, meta: dict[str, Any],
             pname = order[idx]
             for k, v in st.items():
                 if isinstance(v, torch.Tensor) and v.dim() > 0:
-                    tensors[f"optimizer.{pname}.{k}"] = v.detach().contiguous().clone()
+                    tensors[f"optimizer.{pname}.{k}"] = v.detach().to("cpu", copy=True).contiguous()
                 else:
                     kind = "tensor" if isinstance(v, torch.Tensor) else type(v).__name__
                     scalars.setdefault(pname, {})[k] = {"value": float(v), "kind": kind}
@@ -179,8 +183,9 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?[])", r"[\1]", name)
 
 
-def read(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Read and verify a checkpoint: returns (the JSON record, its tensors). Raises :class:`CheckpointError`."""
+def read(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Read and verify a checkpoint: returns (the JSON record, its tensors on ``device``). Raises
+    :class:`CheckpointError`."""
     jpath = json_path(path)
     for p in (Path(path), jpath):
         if p.is_dir():
@@ -227,7 +232,7 @@ def read(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         raise CheckpointError(f"{wpath} is truncated or corrupt: its sha256 is {digest[:16]}..., the checkpoint "
                               f"records {record['weights_sha256'][:16]}...")
     try:
-        tensors = load_file(wpath)
+        tensors = load_file(wpath, device=str(torch.device(device)))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"{wpath} is not a readable safetensors file: {exc}") from exc
     return record, tensors

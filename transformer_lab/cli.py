@@ -169,10 +169,10 @@ def _physical_memory() -> float:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
-    from transformer_lab import checkpoint as ckpt
+    from transformer_lab import distributed
     from transformer_lab.data import load_corpus
-    from transformer_lab.gpt import GPT, GPTConfig
-    from transformer_lab.train import TrainConfig, Trainer, TrainingDiverged, check_corpus, evaluate_loss
+    from transformer_lab.gpt import GPTConfig
+    from transformer_lab.train import TrainConfig, check_corpus
 
     problem = (_positive("threads", args.threads) or _check_text_file(args.text) or _check_out(args.out))
     if problem:
@@ -181,7 +181,8 @@ def _train(args: argparse.Namespace) -> int:
         warmup = args.warmup if args.warmup is not None else min(TrainConfig.warmup, args.max_iters // 10)
         tc = TrainConfig(max_iters=args.max_iters, batch_size=args.batch_size, block_size=args.block_size,
                          lr=args.lr, min_lr=args.min_lr, warmup=warmup, eval_interval=args.eval_interval,
-                         eval_iters=args.eval_iters, seed=args.seed, weight_decay=args.weight_decay)
+                         eval_iters=args.eval_iters, seed=args.seed, weight_decay=args.weight_decay,
+                         grad_accum=args.grad_accum)
         corpus = load_corpus(args.text)
         check_corpus(corpus, tc)
         mc = GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
@@ -195,23 +196,52 @@ def _train(args: argparse.Namespace) -> int:
                      "--d-model, --n-layer, --block-size, --batch-size or --eval-iters")
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:  # torchrun's environment (one process without it), the device, the precision, the process group
+        world = distributed.world_from_env()
+        device = distributed.pick_device(args.device, world)
+        precision = distributed.check_precision(args.dtype, device)
+        distributed.init(world, device)
+    except (ValueError, RuntimeError) as exc:
+        return _fail(str(exc))
+    try:
+        return _train_ranked(args, tc, mc, corpus, world, device, precision)
+    finally:
+        distributed.shutdown()
+
+
+def _train_ranked(args, tc, mc, corpus, world, device, precision) -> int:
+    """Take the checkpoint's lock (rank 0 only: it alone writes), then train."""
+    from transformer_lab import checkpoint as ckpt
+    from transformer_lab import distributed
+    from transformer_lab.gpt import GPT
+    from transformer_lab.train import Trainer, TrainingDiverged, evaluate_loss
+
     out = ckpt.json_path(args.out)
     created = []  # directories this run makes for --out, removed again if it fails before writing anything
     parent = out.parent
     while not parent.exists():
         created.append(parent)
         parent = parent.parent
+    problem = None
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        lock = ckpt.Lock(out).acquire()
+        lock = ckpt.Lock(out) if world.is_main else None
+        if lock is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
     except (OSError, ckpt.CheckpointError) as exc:
+        problem = str(exc)
+    if not distributed.agree(problem is None, world):  # every rank stops when rank 0 cannot take the lock
         _remove_empty(created)
-        return _fail(str(exc))
+        return _fail(problem or f"rank {world.rank}: rank 0 could not take the checkpoint's lock (see its error)")
+    if lock is None:
+        return _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss,
+                             world=world, device=device, precision=precision)
     try:
         if lock.took_over is not None:
             print(f"note: took over the lock {lock.path} left by pid {lock.took_over}, which is no longer running",
                   file=sys.stderr)
-        return _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss)
+        return _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss,
+                             world=world, device=device, precision=precision)
     finally:
         lock.release()
         _remove_empty(created)
@@ -225,25 +255,30 @@ def _remove_empty(dirs: list[Path]) -> None:
             return
 
 
-def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss) -> int:
+def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverged, evaluate_loss, *, world,
+                  device, precision) -> int:
     import torch
 
     torch.manual_seed(tc.seed)
     try:
-        model = GPT(mc)
-        trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet, compile=args.compile)
+        model = GPT(mc).to(device)
+        trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet, compile=args.compile,
+                          precision=precision, world=world)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc))
+    say = print if world.is_main else _silent  # progress and results from rank 0 only
     if args.resume:
         try:
             trainer.resume(out)
         except ckpt.CheckpointError as exc:
             return _fail(f"cannot resume: {exc}")
-        print(f"resuming {out} at step {trainer.step} of {tc.max_iters}")
+        say(f"resuming {out} at step {trainer.step} of {tc.max_iters}")
     elif out.exists() and not args.force:
         return _fail(f"{out} exists; pass --resume to continue it or --force to overwrite it")
-    print(f"{corpus.name}: {len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}, "
-          f"sha256 {corpus.sha256[:12]}...; model {model.num_params():,} parameters")
+    say(f"{corpus.name}: {len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}, "
+        f"sha256 {corpus.sha256[:12]}...; model {model.num_params():,} parameters; {device}, {args.dtype}, "
+        f"{world.size} process(es) x {tc.grad_accum} micro-batch(es) of {tc.batch_size} = "
+        f"{trainer.global_batch} windows a step")
     try:
         trainer.run()
         val = evaluate_loss(model, corpus.val, block_size=tc.block_size)
@@ -254,13 +289,25 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except RuntimeError as exc:
+        if world.size == 1:
+            raise
+        kept = f"; the last checkpoint {out} (step {ckpt.read(out)[0]['step']}) is kept" if _readable(out) else ""
+        print(f"error: rank {world.rank} of {world.size}: another process of this torchrun job stopped, so this one "
+              f"stops too ({str(exc).splitlines()[0][:160]}){kept}; rerun the same torchrun command with --resume",
+              file=sys.stderr)
+        return 1
     except (OSError, ckpt.CheckpointError) as exc:
         kept = f"; the last good checkpoint {out} (step {ckpt.read(out)[0]['step']}) is kept" if _readable(out) \
             else ""
         return _fail(f"could not write the checkpoint {out}: {exc}{kept}")
-    print(f"done: {tc.max_iters} steps; val loss over the whole val split {val:.4f} nats/char; "
-          f"checkpoint {out}")
+    say(f"done: {tc.max_iters} steps; val loss over the whole val split {val:.4f} nats/char; "
+        f"checkpoint {out}")
     return 0
+
+
+def _silent(*args, **kwargs) -> None:
+    """``print`` on ranks other than 0."""
 
 
 def _readable(path) -> bool:
@@ -273,8 +320,8 @@ def _readable(path) -> bool:
     return True
 
 
-def load_model(path=None):
-    """(model, tokenizer, record) from a checkpoint; ``None`` loads the shipped one."""
+def load_model(path=None, device="cpu"):
+    """(model, tokenizer, record) from a checkpoint, the model on ``device``; ``None`` loads the shipped one."""
     import torch
 
     from transformer_lab import checkpoint as ckpt
@@ -302,7 +349,7 @@ def load_model(path=None):
     with torch.device("meta"):  # shapes only: a config asking for a huge model allocates nothing here
         want = ckpt.expected_shapes(GPT(config))
     ckpt.check_model_state(want, tensors, source=str(path))
-    model = GPT(config)
+    model = GPT(config).to(device)
     ckpt.load_model_state(model, tensors, source=str(path))
     model.eval()
     return model, tok, record
@@ -311,6 +358,7 @@ def load_model(path=None):
 def _sample(args: argparse.Namespace) -> int:
     import torch
 
+    from transformer_lab import distributed
     from transformer_lab.checkpoint import CheckpointError
 
     if not 0 <= args.tokens <= MAX_TOKENS:
@@ -327,9 +375,10 @@ def _sample(args: argparse.Namespace) -> int:
     if not args.prompt:
         return _fail("--prompt must hold at least one character")
     try:
-        model, tok, _ = load_model(args.checkpoint)
-        prompt = tok.encode(args.prompt).view(1, -1)
-        g = torch.Generator().manual_seed(args.seed)
+        device = distributed.pick_device(args.device)
+        model, tok, _ = load_model(args.checkpoint, device)
+        prompt = tok.encode(args.prompt).view(1, -1).to(device)
+        g = torch.Generator(device).manual_seed(args.seed)  # the same seed draws other tokens on another device
         out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
                              top_p=args.top_p, greedy=args.greedy, generator=g)
     except (CheckpointError, ValueError, OSError) as exc:
@@ -338,7 +387,7 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCHMARKS = ("kernels", "train_speed", "generate_speed", "recipe", "profile_step")  # scripts in benchmarks/
+BENCHMARKS = ("kernels", "train_speed", "generate_speed", "recipe", "profile_step", "allreduce")  # in benchmarks/
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -440,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for a folder: the CSV to write (default grades-chN.csv in the current folder)")
     p.set_defaults(func=_check)
 
+    from transformer_lab.distributed import DEVICES, PRECISIONS
     from transformer_lab.gpt import POSITIONS, GPTConfig
     from transformer_lab.train import TrainConfig
 
@@ -466,6 +516,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"linear warm-up steps, fewer than --max-iters (default {t.warmup}, or a tenth of "
                         f"--max-iters when that is smaller: --max-iters 10 warms up for 1 step)")
     p.add_argument("--positions", choices=POSITIONS, default=m.positions)
+    p.add_argument("--grad-accum", type=int, default=t.grad_accum,
+                   help="micro-batches of --batch-size summed into one step: a K times larger batch in the memory "
+                        f"of one (default {t.grad_accum})")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where to train: auto picks cuda, then mps, then cpu (default auto); under torchrun, "
+                        "GPU LOCAL_RANK")
+    p.add_argument("--dtype", choices=PRECISIONS, default="float32",
+                   help="the forward's precision under torch.autocast (weights stay float32; float16 adds a "
+                        "gradient scaler) (default float32)")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("sample", help="generate text from a checkpoint (default: the shipped one)")
@@ -488,6 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the sampling generator: the same seed and options give the same text "
                         "(default %(default)s)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where to run the model: auto picks cuda, then mps, then cpu (default auto)")
     p.set_defaults(func=_sample)
 
     p = sub.add_parser("bench", help="run the capstone's benchmarks (ratios measured in one run)")

@@ -196,8 +196,9 @@ def get_batch(data: torch.Tensor, *, block_size: int, batch_size: int,
     """
     if len(data) < block_size + 2:
         raise ValueError(f"data of {len(data)} tokens is too short for block_size {block_size}")
-    starts = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator)  # (B,)
-    offsets = torch.arange(block_size)  # (T,)
+    starts = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator,
+                           device=data.device if generator is None else generator.device).to(data.device)  # (B,)
+    offsets = torch.arange(block_size, device=data.device)  # (T,)
     x = data[starts[:, None] + offsets]  # (B, T)
     y = data[starts[:, None] + offsets + 1]  # (B, T)
     return x, y

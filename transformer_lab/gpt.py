@@ -152,12 +152,13 @@ class GPT(nn.Module):
         if T < 1 or start + T > c.block_size:
             raise ValueError(f"the context holds {start + T} tokens (cached {start} + new {T}); it must be 1 to "
                              f"block_size={c.block_size}")
-        positions = torch.arange(start, start + T)  # (T,) absolute positions of the new tokens
+        positions = torch.arange(start, start + T, device=idx.device)  # (T,) absolute positions of the new tokens
         x = self.tok_emb(idx)  # (B, T, C)
         if c.positions == "learned":
             x = x + self.pos_emb.weight[start:start + T]  # x_t = E[idx_t] + P[t]: rows start … start + T - 1 of P
         elif c.positions == "sinusoidal":
-            x = x + sinusoidal_encoding(start + T, c.d_model, dtype=x.dtype)[start:]  # x_t = E[idx_t] + PE(t)
+            pe = sinusoidal_encoding(start + T, c.d_model, dtype=x.dtype, device=x.device)  # (start + T, C)
+            x = x + pe[start:]  # x_t = E[idx_t] + PE(t)
         x = dropout(x, c.dropout, training=self.training)
         weights = []
         for l, block in enumerate(self.blocks):

@@ -30,28 +30,29 @@ def _check_base(base) -> None:
 
 
 def sinusoidal_frequencies(d_model: int, *, base: float = 10000.0, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The d_model/2 angular frequencies ω_i = base^{-2i/d_model}, i = 0 … d_model/2 - 1.  -> (d_model/2,)."""
+    """The d_model/2 angular frequencies ω_i = base^{-2i/d_model}, i = 0 … d_model/2 - 1.  -> (d_model/2,), CPU."""
     d_model = positive_int(d_model, "d_model")
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     _check_base(base)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device="cpu")  # 2i
     return (float(base) ** (-two_i / d_model)).to(dtype or torch.get_default_dtype())  # ω_i = base^{-2i/d}
 
 
 def sinusoidal_encoding(n_pos: int, d_model: int, *, base: float = 10000.0,
-                        dtype: torch.dtype | None = None) -> torch.Tensor:
+                        dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
     """The sinusoidal positional encoding of Vaswani et al. (2017) for positions 0 … n_pos-1.  -> (n_pos, d_model).
 
-    PE(pos, 2i) = sin(pos / base^{2i/d}), PE(pos, 2i+1) = cos(pos / base^{2i/d}). Computed in float64, then cast.
+    PE(pos, 2i) = sin(pos / base^{2i/d}), PE(pos, 2i+1) = cos(pos / base^{2i/d}). Computed in float64 on the CPU,
+    then cast to ``dtype`` and moved to ``device``.
     """
     n_pos = positive_int(n_pos, "n_pos")
     omega = sinusoidal_frequencies(d_model, base=base, dtype=torch.float64)  # (d/2,)
-    angle = torch.arange(n_pos, dtype=torch.float64)[:, None] * omega[None, :]  # (n_pos, d/2): pos · ω_i
-    pe = torch.empty(n_pos, d_model, dtype=torch.float64)
+    angle = torch.arange(n_pos, dtype=torch.float64, device="cpu")[:, None] * omega[None, :]  # (n_pos, d/2): pos·ω_i
+    pe = torch.empty(n_pos, d_model, dtype=torch.float64, device="cpu")
     pe[:, 0::2] = torch.sin(angle)  # PE(pos, 2i)
     pe[:, 1::2] = torch.cos(angle)  # PE(pos, 2i+1)
-    return pe.to(dtype or torch.get_default_dtype())
+    return pe.to(dtype or torch.get_default_dtype()).to(device)
 
 
 def relative_rotation(k: float, d_model: int, *, base: float = 10000.0,
@@ -96,8 +97,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, *, base: 
         raise ValueError("positions must be a numeric torch.Tensor of shape (T,) or (..., T)")
     if positions.dim() == 0 or positions.shape[-1] != T:
         raise ValueError(f"positions must end in the sequence length T = {T}, got shape {tuple(positions.shape)}")
-    omega = sinusoidal_frequencies(d, base=base, dtype=torch.float64).to(x.device)  # (d/2,)
-    angle = positions.to(torch.float64)[..., None] * omega  # (..., T, d/2): m · ω_i
+    wide = torch.float32 if x.device.type == "mps" else torch.float64  # the angles' dtype (MPS has no float64)
+    omega = sinusoidal_frequencies(d, base=base, dtype=wide).to(x.device)  # (d/2,)
+    angle = positions.to(device=x.device, dtype=wide)[..., None] * omega  # (..., T, d/2): m · ω_i
     cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, d/2) the two halves of each pair
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., T, d/2, 2): rotate by mω_i
@@ -161,7 +163,7 @@ def alibi_slopes(n_head: int, *, dtype: torch.dtype | None = None) -> torch.Tens
 
     H = 2 ** math.floor(math.log2(n_head))
     slopes = power_of_two(H) + power_of_two(2 * H)[0::2][:n_head - H]
-    return torch.tensor(slopes, dtype=torch.float64).to(dtype or torch.get_default_dtype())
+    return torch.tensor(slopes, dtype=torch.float64, device="cpu").to(dtype or torch.get_default_dtype())
 
 
 def alibi_bias(T: int, T_k: int | None = None, *, n_head: int, device=None,

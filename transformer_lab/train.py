@@ -6,6 +6,12 @@ and tokens/s, evaluates train and val loss on fixed batches every ``eval_interva
 checkpoints (:mod:`transformer_lab.checkpoint`), resumes a killed run so that its loss curve equals the
 uninterrupted one (weights, optimizer moments, step, and every RNG state are restored), and stops with a message
 naming the step when the loss or a gradient stops being finite.
+
+Beyond one CPU (:mod:`transformer_lab.distributed`): the model may live on any device (batches follow it);
+``precision`` runs the forward under ``torch.autocast`` in bfloat16 or float16 (with a gradient scaler for
+float16); ``grad_accum`` = K sums the gradients of K micro-batches of ``batch_size`` before each step; and under
+torchrun the model is wrapped in ``DistributedDataParallel``, each rank computing the gradient of its rows of the
+global batch (``world.size`` · K · ``batch_size`` windows per step) and only rank 0 writing.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +29,10 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from transformer_lab import checkpoint as ckpt
+from transformer_lab import distributed
 from transformer_lab._checks import positive_int
 from transformer_lab.data import Corpus, get_batch
+from transformer_lab.distributed import World
 from transformer_lab.information import cross_entropy
 from transformer_lab.optim import AdamW, WarmupCosine, decay_groups
 
@@ -45,9 +54,10 @@ class TrainConfig:
     eval_interval: int = 250  # evaluate (and checkpoint) every this many steps, and at the end
     eval_iters: int = 20  # batches per split in each evaluation (the same batches every time)
     seed: int = 1337  # seeds the batch sampler, the evaluation batches and dropout
+    grad_accum: int = 1  # K: micro-batches of batch_size whose gradients are summed before each step
 
     def __post_init__(self):
-        for name in ("max_iters", "batch_size", "block_size", "eval_interval", "eval_iters"):
+        for name in ("max_iters", "batch_size", "block_size", "eval_interval", "eval_iters", "grad_accum"):
             object.__setattr__(self, name, positive_int(getattr(self, name), f"TrainConfig.{name}"))
         if not 0 <= self.warmup < self.max_iters:
             raise ValueError(f"TrainConfig.warmup must lie in [0, max_iters={self.max_iters}), got {self.warmup}")
@@ -92,14 +102,15 @@ def evaluate_loss(model: nn.Module, data: torch.Tensor, *, block_size: int, batc
     if n < 1:
         raise ValueError(f"data of {len(data)} tokens holds no window of block_size {block_size}")
     n = min(n, max_windows or n)
-    starts = torch.arange(n) * block_size  # (N,)
-    offsets = torch.arange(block_size)  # (T,)
+    device = next(model.parameters()).device  # the windows go where the model is
+    starts = torch.arange(n, device=data.device) * block_size  # (N,)
+    offsets = torch.arange(block_size, device=data.device)  # (T,)
     was_training = model.training
     model.eval()
     total = 0.0
     for i in range(0, n, batch_size):
         s = starts[i:i + batch_size, None] + offsets  # (b, T)
-        total += float(cross_entropy(model(data[s]), data[s + 1], reduction="sum"))
+        total += float(cross_entropy(model(data[s].to(device)), data[s + 1].to(device), reduction="sum"))
     model.train(was_training)
     return total / (n * block_size)
 
@@ -113,42 +124,84 @@ class Trainer:
     ``compile=True`` runs the training forward (and so its backward) through ``torch.compile``, which fuses the
     components' small operations into a few generated kernels: the same formulas, faster once compiled (the first
     step waits for the compiler), and equal to the uncompiled run up to float round-off.
+
+    The model trains on the device it is on. ``precision``: ``torch.float32`` (plain), ``torch.bfloat16`` or
+    ``torch.float16`` (forward under ``torch.autocast``; float16 with ``torch.amp.GradScaler``). ``world``: this
+    process's place in a torchrun job (:func:`~transformer_lab.distributed.world_from_env`, after
+    :func:`~transformer_lab.distributed.init`); with more than one rank the model is wrapped in
+    ``DistributedDataParallel`` and only rank 0 writes checkpoints and shows progress.
     """
 
     def __init__(self, model: nn.Module, corpus: Corpus, config: TrainConfig = TrainConfig(), *,
                  checkpoint: str | Path | None = None, meta: dict[str, Any] | None = None, progress: bool = True,
-                 compile: bool = False):
-        self.model, self.corpus, self.config = model, corpus, config
+                 compile: bool = False, precision: torch.dtype = torch.float32, world: World | None = None):
+        world = world or World()
+        self.model, self.corpus, self.config, self.world = model, corpus, config, world
+        self.device = next(model.parameters()).device
+        self.precision = precision
         self.checkpoint = None if checkpoint is None else ckpt.json_path(checkpoint)
         self.meta = dict(meta or {})
         self.meta.setdefault("config", asdict(model.config) if dataclasses.is_dataclass(
             getattr(model, "config", None)) else {})
-        self.progress = progress
-        self.forward = torch.compile(model) if compile else model  # the training step's forward pass
+        self.progress = progress and world.is_main
+        self.ddp = None
+        if world.size > 1:  # averages the ranks' gradients during backward (and broadcasts rank 0's weights now)
+            self.ddp = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device] if self.device.type == "cuda" else None)
+        wrapped = self.ddp or model
+        self.forward = torch.compile(wrapped) if compile else wrapped  # the training step's forward pass
+        # float16's narrow range needs the loss scaled up before backward (and the gradients down after)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)
         c = config
         check_corpus(corpus, c)
         # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
         self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
         self.schedule = WarmupCosine(c.lr, c.min_lr, c.warmup, c.max_iters)
-        self.generator = torch.Generator().manual_seed(c.seed)  # the batch sampler
-        torch.manual_seed(c.seed)  # dropout draws from the global generator
-        g = torch.Generator().manual_seed(c.seed + 1)  # fixed evaluation batches
-        self.eval_batches = {split: [get_batch(data, block_size=c.block_size, batch_size=c.batch_size,
-                                               generator=g) for _ in range(c.eval_iters)]
+        self.generator = torch.Generator().manual_seed(c.seed)  # the batch sampler, the same on every rank
+        torch.manual_seed(c.seed + world.rank)  # dropout draws from the global generator, its own on each rank
+        g = torch.Generator().manual_seed(c.seed + 1)  # fixed evaluation batches, each split among the ranks
+        self.eval_batches = {split: [self._rows(*get_batch(data, block_size=c.block_size,
+                                                           batch_size=self.global_batch, generator=g))
+                                     for _ in range(c.eval_iters)]
                              for split, data in (("train", corpus.train), ("val", corpus.val))}
         self.step = 0
         self.history: dict[str, list] = {"loss": [], "eval": []}
         self.tokens_per_s = 0.0
 
+    @property
+    def global_batch(self) -> int:
+        """Windows per optimizer step over all ranks: N · K · B."""
+        return self.world.size * self.config.grad_accum * self.config.batch_size
+
+    def _rows(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's K · B rows of a global batch."""
+        rows = distributed.rank_rows(self.world, self.config.grad_accum * self.config.batch_size)
+        return x[rows], y[rows]
+
+    def _micro_batches(self, x: torch.Tensor, y: torch.Tensor):
+        """The K micro-batches of B rows of this rank's rows, on the model's device."""
+        B = self.config.batch_size
+        for i in range(0, len(x), B):
+            yield x[i:i + B].to(self.device), y[i:i + B].to(self.device)
+
+    def _autocast(self):
+        if self.precision == torch.float32:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.precision)
+
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Mean loss on the fixed evaluation batches of each split."""
+        """Mean loss on the fixed evaluation batches of each split (each rank evaluates its rows; averaged)."""
         was_training = self.model.training
         self.model.eval()
-        out = {split: sum(float(cross_entropy(self.model(x), y)) for x, y in batches) / len(batches)
-               for split, batches in self.eval_batches.items()}
+        K = self.config.grad_accum
+        out = {}
+        for split, batches in self.eval_batches.items():
+            local = sum(float(cross_entropy(self.model(xb), yb)) for x, y in batches
+                        for xb, yb in self._micro_batches(x, y)) / (len(batches) * K)
+            out[split] = distributed.mean_over_ranks(torch.tensor(local), self.world)
         self.model.train(was_training)
         return out
 
@@ -157,16 +210,25 @@ class Trainer:
         """Write a resumable checkpoint (weights, optimizer, step, RNG states, history, corpus hash).
 
         ``weights_only=True`` leaves out the optimizer's moments: a small release checkpoint that loads for
-        sampling but cannot be resumed.
+        sampling but cannot be resumed. Under torchrun every rank must call it (the ranks' dropout RNG states are
+        gathered); only rank 0 writes.
         """
         path = path or self.checkpoint
         if path is None:
             raise ValueError("no checkpoint path: pass checkpoint= to Trainer or a path to save()")
+        states = distributed.gather_objects(ckpt.encode_rng(torch.get_rng_state()), self.world)
+        rng = {"batches": ckpt.encode_rng(self.generator.get_state()), "torch": states[0]}
+        if self.world.size > 1:
+            rng["torch_ranks"] = states
         meta = {**self.meta, "step": self.step, "train_config": asdict(self.config),
                 "corpus_sha256": self.corpus.sha256, "corpus_name": self.corpus.name,
-                "vocab": self.corpus.tokenizer.chars, "history": self.history,
-                "rng": {"batches": ckpt.encode_rng(self.generator.get_state()),
-                        "torch": ckpt.encode_rng(torch.get_rng_state())}}
+                "vocab": self.corpus.tokenizer.chars, "history": self.history, "rng": rng,
+                "world_size": self.world.size, "precision": str(self.precision).removeprefix("torch.")}
+        if self.scaler.is_enabled():
+            meta["grad_scaler"] = self.scaler.state_dict()
+        path = ckpt.json_path(path)
+        if not self.world.is_main:
+            return path
         return ckpt.save(path, model=self.model, meta=meta, optimizer=None if weights_only else self.optimizer)
 
     def resume(self, path: str | Path) -> None:
@@ -181,9 +243,13 @@ class Trainer:
                 f"{path} was trained on a different text (corpus sha256 {str(record.get('corpus_sha256'))[:12]}..., "
                 f"this run's is {self.corpus.sha256[:12]}...)")
         saved_train, mine = record.get("train_config"), asdict(self.config)
-        if saved_train != mine:
-            saved_train = saved_train if isinstance(saved_train, dict) else {}
-            diff = sorted(k for k in mine if saved_train.get(k) != mine[k])
+        saved_train = {"grad_accum": 1, **saved_train} if isinstance(saved_train, dict) else {}
+        split = ("batch_size", "grad_accum")  # how the global batch is split may change; its size may not
+        diff = sorted(k for k in mine if k not in split and saved_train.get(k) != mine[k])
+        saved_global = _global_batch(saved_train, record)
+        if saved_global != self.global_batch:
+            diff.append(f"global batch ({saved_global} windows a step, here {self.global_batch})")
+        if diff:
             raise bad(f"{path} was written with another training config; differing: {diff}")
         if record["config"] != self.meta["config"]:
             diff = sorted(k for k in set(record["config"]) | set(self.meta["config"])
@@ -194,10 +260,14 @@ class Trainer:
             raise bad(f"{path}: 'step' must be an int in [0, max_iters={self.config.max_iters}], got "
                       f"{str(step)[:40]}")
         history = _checked_history(record.get("history"), step, path)
-        states = _checked_rng(record.get("rng"), path)
+        states = _checked_rng(record.get("rng"), path, self.world)
         got = ckpt.check_model_state({k: tuple(v.shape) for k, v in ckpt.model_tensors(self.model).items()},
                                      tensors, source=str(path))
         optim_state = ckpt.optimizer_state(self.optimizer, self.model, record, tensors)
+        scaler = record.get("grad_scaler")
+        if self.scaler.is_enabled() and scaler is not None and not (
+                isinstance(scaler, dict) and _finite(scaler.get("scale")) and scaler["scale"] > 0):
+            raise bad(f"{path}: 'grad_scaler' must hold a finite positive 'scale', got {str(scaler)[:60]}")
         # every check passed: now change the model, the optimizer, the step, the history and the RNGs
         ckpt.load_model_state(self.model, {f"model.{k}": v for k, v in got.items()}, source=str(path))
         self.optimizer.load_state_dict(optim_state)
@@ -205,26 +275,47 @@ class Trainer:
         self.history = history
         self.generator.set_state(states["batches"])
         torch.set_rng_state(states["torch"])
+        if states["torch"] is states.get("rank0") and self.world.rank > 0:  # another job shape wrote it
+            torch.manual_seed(self.config.seed + self.world.rank + 7919 * step)  # a fresh dropout stream
+        if self.scaler.is_enabled() and scaler is not None:
+            self.scaler.load_state_dict(scaler)
 
     # ------------------------------------------------------------ the loop
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        """One optimizer step on a batch; returns the loss before the step."""
+        """One optimizer step on this rank's K · B rows x, y (K·B, T); returns the loss before the step, averaged
+        over the global batch.
+
+        Each micro-batch's mean loss is divided by K before backward, so the summed gradient is the gradient of
+        the mean over the K micro-batches; DistributedDataParallel then averages over the N ranks:
+        g = (1/(N K)) Σ_r Σ_k ∇L_{r,k}, the gradient of the mean loss over the whole global batch.
+        """
         lr = self.schedule.apply(self.optimizer, self.step)  # η(s): warm-up, then cosine
-        logits = self.forward(x)  # (B, T, V)
-        loss = cross_entropy(logits, y)  # mean of -log p(y_t | x_{<=t})
-        value = float(loss.detach())
+        K = self.config.grad_accum
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = []
+        for k, (xb, yb) in enumerate(self._micro_batches(x, y)):
+            # the ranks' gradients are averaged once, after the last micro-batch, not after each
+            sync = nullcontext() if self.ddp is None or k == K - 1 else self.ddp.no_sync()
+            with sync:
+                with self._autocast():
+                    logits = self.forward(xb)  # (B, T, V)
+                wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # 16-bit logits: in float32
+                loss = cross_entropy(wide, yb) / K  # mean of -log p(y_t | x_{<=t})
+                self.scaler.scale(loss).backward()
+            losses.append(loss.detach())
+        value = distributed.mean_over_ranks(sum(losses), self.world)  # the same number on every rank
         if not math.isfinite(value):
             raise TrainingDiverged(f"training stopped at step {self.step}: the loss is {value} (lr {lr:.3g}); "
                                    "lower the learning rate or check the data")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.unscale_(self.optimizer)  # no-op unless float16: the true gradients, before clipping
         if self.config.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            if not torch.isfinite(norm):
+            if not torch.isfinite(norm) and not self.scaler.is_enabled():  # the scaler skips such a step
                 raise TrainingDiverged(f"training stopped at step {self.step}: the gradient norm is {float(norm)}"
                                        f" (lr {lr:.3g}); lower the learning rate or check the data")
         try:
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)  # optimizer.step(), skipped by the float16 scaler on inf gradients
+            self.scaler.update()
         except ValueError as exc:  # AdamW's own finiteness check
             raise TrainingDiverged(f"training stopped at step {self.step}: {exc}") from exc
         except RuntimeError as exc:  # e.g. "value cannot be converted to type float without overflow"
@@ -242,12 +333,12 @@ class Trainer:
             self._evaluate_and_save()
         bar = tqdm(total=c.max_iters, initial=self.step, disable=not self.progress, unit="step",
                    dynamic_ncols=True, leave=False)
-        tokens = c.batch_size * c.block_size
+        tokens = self.global_batch * c.block_size
         try:
             while self.step < end:
                 t0 = time.perf_counter()
-                x, y = get_batch(self.corpus.train, block_size=c.block_size, batch_size=c.batch_size,
-                                 generator=self.generator)  # (B, T), (B, T)
+                x, y = self._rows(*get_batch(self.corpus.train, block_size=c.block_size,
+                                             batch_size=self.global_batch, generator=self.generator))  # (K·B, T)
                 loss = self.train_step(x, y)
                 dt = time.perf_counter() - t0
                 self.history["loss"].append(loss)
@@ -257,7 +348,8 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens_per_s:,.0f}", refresh=False)
                 if self.step % c.eval_interval == 0 or self.step == c.max_iters:
                     ev = self._evaluate_and_save()
-                    bar.write(f"step {self.step:5d}: train {ev['train']:.4f}, val {ev['val']:.4f}")
+                    if self.world.is_main:
+                        bar.write(f"step {self.step:5d}: train {ev['train']:.4f}, val {ev['val']:.4f}")
                 if callback is not None:
                     callback(self)
         finally:
@@ -299,12 +391,26 @@ def _finite(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v)
 
 
-def _checked_rng(rng: Any, path) -> dict[str, torch.Tensor]:
-    """The two generator states of a checkpoint, decoded and tried on a scratch generator."""
+def _global_batch(train_config: dict, record: dict) -> int | None:
+    """Windows per step of the run that wrote ``record``: batch_size · grad_accum · world_size."""
+    n, b, k = record.get("world_size", 1), train_config.get("batch_size"), train_config.get("grad_accum")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (n, b, k))
+    return n * b * k if ok else None
+
+
+def _checked_rng(rng: Any, path, world: World) -> dict[str, torch.Tensor]:
+    """The generator states of a checkpoint, decoded and tried on a scratch generator.
+
+    ``torch`` is this rank's dropout RNG: taken from ``torch_ranks`` (a torchrun checkpoint) when this job has as
+    many ranks as the one that wrote it, else rank 0's (``out["rank0"]`` is then the same object)."""
     bad = ckpt.CheckpointError
     if not isinstance(rng, dict):
         raise bad(f"{path}: 'rng' must be an object with the generator states 'batches' and 'torch'")
     size = len(torch.Generator().get_state())
+    ranks = rng.get("torch_ranks")
+    same_shape = isinstance(ranks, list) and len(ranks) == world.size
+    if same_shape:
+        rng = {**rng, "torch": ranks[world.rank]}
     out = {}
     for key in ("batches", "torch"):
         text = rng.get(key)
@@ -316,4 +422,6 @@ def _checked_rng(rng: Any, path) -> dict[str, torch.Tensor]:
         except (TypeError, ValueError, RuntimeError) as exc:
             raise bad(f"{path}: 'rng.{key}' is not a saved generator state ({str(exc)[:80]})") from exc
         out[key] = state
+    if not same_shape:
+        out["rank0"] = out["torch"]
     return out
