@@ -75,3 +75,16 @@ def test_every_deck_loads_offline_and_steps_through(site):
         browser.close()
     assert not errors, errors
     assert not off_host, off_host
+
+
+SITE = ROOT / "_build" / "html"
+
+
+@pytest.mark.skipif(not (SITE / "index.html").is_file(), reason="run `make book` first")
+def test_the_built_site_has_a_deck_per_chapter_linked_from_its_page():
+    """`make book` writes slides/NN-name.html (tools/slides_ext.py) and each chapter page links its deck."""
+    for page in sorted((ROOT / "chapters").glob("0*.md")):
+        deck = SITE / "slides" / f"{page.stem}.html"
+        assert deck.is_file() and "Reveal.initialize" in deck.read_text(encoding="utf8"), deck
+        assert f'href="../slides/{page.stem}.html"' in (SITE / "chapters" / f"{page.stem}.html").read_text(
+            encoding="utf8"), page.stem

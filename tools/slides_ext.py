@@ -1,0 +1,40 @@
+"""Sphinx extension: the chapters' reveal.js decks (tools/slides.py) built into the site and linked from each page.
+
+After an HTML build, ``<site>/slides/NN-name.html`` is written for every chapter from its source and the
+executed notebook MyST-NB left beside the site (``_build/jupyter_execute``), so a deck's figures are the page's
+own, at their default frame. Each chapter page gets a line linking its deck.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from lab_cache import _is_notebook
+from slides import write_decks
+from sphinx.application import Sphinx
+
+
+def write(app: Sphinx, exception) -> None:
+    if exception or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    write_decks(outdir / "slides", root=Path(app.srcdir), executed=outdir.parent / "jupyter_execute")
+
+
+def add_link(app: Sphinx, pagename: str, templatename, context, doctree) -> None:
+    page = Path(app.srcdir) / f"{pagename}.md"
+    if not pagename.startswith("chapters/") or not page.is_file() or not _is_notebook(page):
+        return
+    href = html.escape(context["pathto"](f"slides/{page.stem}.html", 1))
+    line = (f'\n<p class="tl-slides"><a href="{href}">Slides for this chapter</a> (reveal.js: the key equations, '
+            f"figures and exercises; arrow keys to step, F for full screen).</p>\n")
+    body = context["body"]
+    at = body.find("</h1>")
+    context["body"] = body[:at + 5] + line + body[at + 5:] if at >= 0 else line + body
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("html-page-context", add_link, priority=400)  # before course_notebooks': its line lands above
+    app.connect("build-finished", write)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
