@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+import sympy as sp
 import torch
 import torch.nn.functional as F
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
@@ -48,9 +49,25 @@ def mutual_information(joint):
     return h_y - h_y_given_x
 
 
+def processed_information(joint, f):
+    merged = torch.zeros(int(f.max()) + 1, joint.shape[1], dtype=joint.dtype).index_add_(0, f, joint)
+    return torch.stack([mutual_information(joint), mutual_information(merged)])
+
+
+def maxent_distribution(z, T):
+    p, lam, u = sp.symbols(f"p1:{len(z) + 1}", positive=True), sp.Symbol("lambda"), sp.Symbol("u")
+    lagrangian = (sum(pi * zi for pi, zi in zip(p, z, strict=True)) - T * sum(pi * sp.log(pi) for pi in p)
+                  - lam * (sum(p) - 1))
+    # ∂/∂pᵢ = zᵢ − T(log pᵢ + 1) − λ = 0 is linear in u = log pᵢ
+    stationary = [sp.exp(sp.solve(sp.diff(lagrangian, pi).subs(sp.log(pi), u), u)[0]) for pi in p]
+    (lam_value,) = sp.solve(sum(stationary) - 1, lam)  # Σ pᵢ = 1 fixes λ
+    return [sp.simplify(pi.subs(lam, lam_value)) for pi in stationary]
+
+
 SOLUTIONS = {"cross_entropy_from_logits": cross_entropy_from_logits, "kl_div": kl_div,
              "mutual_information": mutual_information, "bigram_entropy": bigram_entropy,
-             "head_entropy": head_entropy}
+             "head_entropy": head_entropy, "processed_information": processed_information,
+             "maxent_distribution": maxent_distribution}
 
 
 # ---------------------------------------------------------------- correct alternatives, in other styles
@@ -235,7 +252,78 @@ def _bigram_all_first_chars(text):  # c(a) counted over the whole text, not over
     return -sum(c / n * math.log2(c / first[a]) for (a, _), c in pairs.items())
 
 
+def dpi_loops(joint, f):  # plain Python: the merged table by loops, I = Σ p log(p / (p_x p_y))
+    def mi(table):
+        px, py = table.sum(1), table.sum(0)
+        return sum(table[i, j] * math.log(table[i, j] / (px[i] * py[j]))
+                   for i in range(table.shape[0]) for j in range(table.shape[1]) if table[i, j] > 0)
+    n_z = int(f.max()) + 1
+    merged = torch.zeros(n_z, joint.shape[1], dtype=torch.float64)
+    for x, z in enumerate(f.tolist()):
+        merged[z] += joint[x]
+    return torch.tensor([float(mi(joint)), float(mi(merged))], dtype=torch.float64)
+
+
+def dpi_one_hot(joint, f):  # merging is a product with the one-hot matrix of f: p(z, y) = Fᵀ p(x, y)
+    onehot = F.one_hot(f).to(joint.dtype)  # (n_x, n_z)
+    return torch.stack([info.mutual_information(joint), info.mutual_information(onehot.T @ joint)])
+
+
+def dpi_not_merged(joint, f):
+    return torch.stack([info.mutual_information(joint)] * 2)
+
+
+def dpi_swapped(joint, f):
+    return processed_information(joint, f).flip(0)
+
+
+def dpi_bits(joint, f):
+    return processed_information(joint, f) / math.log(2)
+
+
+def dpi_averaged(joint, f):
+    n_z = int(f.max()) + 1
+    merged = torch.zeros(n_z, joint.shape[1], dtype=joint.dtype).index_add_(0, f, joint)
+    merged = merged / torch.bincount(f, minlength=n_z)[:, None]
+    return torch.stack([info.mutual_information(joint), info.mutual_information(merged / merged.sum())])
+
+
+def dpi_columns(joint, f):
+    merged = torch.zeros(joint.shape[0], int(f.max()) + 1, dtype=joint.dtype).index_add_(1, f, joint)
+    return torch.stack([info.mutual_information(joint), info.mutual_information(merged)])
+
+
+def maxent_closed(z, T):
+    return [1 / sum(sp.exp((zj - zi) / T) for zj in z) for zi in z]
+
+
+def maxent_logsumexp(z, T):  # plain symbols, pᵢ = exp(zᵢ/T − log Σⱼ exp(zⱼ/T))
+    z, T = [sp.Symbol(str(zi)) for zi in z], sp.Symbol("T")
+    return sp.Matrix([sp.exp(zi / T - sp.log(sum(sp.exp(zj / T) for zj in z))) for zi in z])
+
+
 CATALOGUE = {
+    "processed_information": {
+        "wrong": [(dpi_not_merged, ["differs", "merges the rows"]),
+                  (dpi_swapped, ["differs", "the order"]),
+                  (dpi_bits, ["differs", "in bits"]),
+                  (dpi_averaged, ["differs", "add the merged rows"]),
+                  (dpi_columns, ["differs", "case 1", "you merged the columns"]),
+                  (lambda joint, f: (dpi_one_hot(joint, f)[0], dpi_one_hot(joint, f)[1]), ["should be a Tensor"])],
+        "right": [dpi_loops, dpi_one_hot],
+    },
+    "maxent_distribution": {
+        "wrong": [(lambda z, T: [sp.exp(zi) / sum(sp.exp(zj) for zj in z) for zi in z], ["softmax(z/T)"]),
+                  (lambda z, T: [sp.exp(zi * T) / sum(sp.exp(zj * T) for zj in z) for zi in z], ["do not multiply"]),
+                  (lambda z, T: [sp.exp(-zi / T) / sum(sp.exp(-zj / T) for zj in z) for zi in z], ["the sign"]),
+                  (lambda z, T: [sp.exp(zi / T) for zi in z], ["normalise"]),
+                  (lambda z, T: [sp.exp(zi / T - 1) for zi in z], ["λ = 0"]),
+                  (lambda z, T: [sp.Rational(1, len(z))] * len(z), ["uniform distribution"]),
+                  (lambda z, T: sp.exp(z[0] / T) / sum(sp.exp(zj / T) for zj in z), ["should be a 2×1 matrix"]),
+                  (lambda z, T: [sp.exp(zi / T) / sum(sp.exp(zj / T) for zj in z) for zi in z[:-1]],
+                   ["shape (1, 1), expected (2, 1)"])],
+        "right": [maxent_closed, maxent_logsumexp],
+    },
     "cross_entropy_from_logits": {
         "wrong": [
             (_ce_naive, ["case 4", "exp overflowed", "subtract each row's max"]),
@@ -366,7 +454,7 @@ _STRANGE = {"zeros": torch.zeros, "inf": lambda *shape, dtype: torch.full(shape,
             "complex": lambda *shape, dtype: torch.zeros(shape, dtype=torch.complex128)}
 
 
-@pytest.mark.parametrize("name", sorted(SOLUTIONS))
+@pytest.mark.parametrize("name", sorted(set(SOLUTIONS) - {"maxent_distribution"}))  # a SymPy answer: no numbers
 @pytest.mark.parametrize("strange", sorted(_STRANGE))
 def test_strange_answers_are_rejected_never_crash(name, strange):
     """A hint is read off the student's numbers: on zeros, inf, 1e308, subnormals or complex it must not raise."""

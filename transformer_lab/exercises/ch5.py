@@ -5,6 +5,8 @@
 * ``mutual_information(joint)`` — I(X; Y) = H(Y) - H(Y | X) in nats from a joint table P(X = i, Y = j)
 * ``bigram_entropy(text)`` — H(X_t | X_{t-1}) of a text's characters in bits per character
 * ``head_entropy(weights)`` — the entropy of each attention row in nats, 0 for a fully masked (all-zero) row
+* ``processed_information(joint, f)`` — (I(X; Y), I(f(X); Y)): the data-processing inequality on a table
+* ``maxent_distribution(z, T)`` — the maximiser of Σ pᵢzᵢ + T·H(p), derived with a Lagrange multiplier (SymPy)
 
 A hint is added to a "differs" message only when its condition holds: the answer equals what the typical slip
 computes on that case (the slips are computed from the case's inputs), or is within 0.1 % of the answer. Hints are
@@ -21,11 +23,12 @@ import numbers
 import tokenize
 from collections import Counter
 
+import sympy as sp
 import torch
 
 from transformer_lab import information as info
 from transformer_lab.attention import scaled_dot_product_attention
-from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator
+from transformer_lab.exercises import CheckResult, check_expression, check_function, describe_difference, generator
 
 _CLOSE = " — close but not exact: did you add an eps inside the log? torch.special.xlogy makes 0 · log 0 = 0 exactly"
 
@@ -385,10 +388,103 @@ def check_head_entropy(fn) -> CheckResult:
     return check_function("head_entropy", fn, _ref_head_entropy, cases, compare=_compare_head_entropy_with(slips))
 
 
+# ---------------------------------------------------------------- 6. the data-processing inequality
+def _merge_rows(joint, f, n_z: int, *, average=False):
+    """p(z, y) = Σ_{x: f(x) = z} p(x, y) (``average``: the slip that takes the rows' mean instead)."""
+    merged = torch.zeros(n_z, joint.shape[1], dtype=joint.dtype).index_add_(0, f, joint)
+    if average:
+        merged = merged / torch.bincount(f, minlength=n_z).clamp_min(1)[:, None].to(joint.dtype)
+    return merged
+
+
+def _ref_processed_information(joint, f):
+    """(I(X; Y), I(Z; Y)) in nats for Z = f(X), f an integer tensor giving z = f[x] ∈ {0, …, max f}."""
+    n_z = int(f.max()) + 1
+    return torch.stack([info.mutual_information(joint), info.mutual_information(_merge_rows(joint, f, n_z))])
+
+
+def _dpi_slips(joint, f, expected) -> list:
+    """What the typical slips compute on one case, each with its hint."""
+    n_z = int(f.max()) + 1
+    i_x, i_z = expected
+    slips = [(torch.stack([i_x, i_x]), " — the second value equals the first: Z = f(X) merges the rows x with the "
+                                       "same f(x), p(z, y) = Σ_{x: f(x) = z} p(x, y); compute I(Z; Y) from that table"),
+             (torch.stack([i_z, i_x]), " — the order: first I(X; Y), then I(Z; Y)"),
+             (expected / math.log(2), " — that is in bits (log base 2); use the natural log for nats")]
+    avg = _merge_rows(joint, f, n_z, average=True)
+    slips.append((torch.stack([i_x, info.mutual_information(avg / avg.sum())]),
+                  " — add the merged rows' probabilities (the events x with f(x) = z are disjoint); averaging them "
+                  "and renormalising weights each x wrongly"))
+    if joint.shape[0] == joint.shape[1]:
+        cols = _merge_rows(joint.T, f, n_z).T
+        slips.append((torch.stack([i_x, info.mutual_information(cols)]),
+                      " — f acts on X, the rows of the table (joint[x, y]); you merged the columns (Y)"))
+    return slips
+
+
+def check_processed_information(fn) -> CheckResult:
+    """``fn(joint (n_x, n_y), f (n_x,) int) -> tensor([I(X; Y), I(f(X); Y)])`` in nats."""
+    g = generator(9)
+    proportional = torch.tensor([[0.10, 0.05, 0.05], [0.05, 0.20, 0.05], [0.20, 0.10, 0.10], [0.05, 0.05, 0.00]],
+                                dtype=torch.float64)  # rows 0 and 2 give the same p(y | x): merging them loses nothing
+    cases = [
+        {"joint": torch.softmax(torch.randn(9, generator=g, dtype=torch.float64) * 2, 0).view(3, 3),
+         "f": torch.tensor([1, 0, 1])},
+        {"joint": torch.softmax(torch.randn(12, generator=g, dtype=torch.float64) * 2, 0).view(4, 3),
+         "f": torch.tensor([0, 0, 1, 1])},
+        {"joint": proportional, "f": torch.tensor([0, 1, 0, 2])},
+        {"joint": torch.softmax(torch.randn(10, generator=g, dtype=torch.float64), 0).view(5, 2),
+         "f": torch.zeros(5, dtype=torch.long)},  # a constant f: I(Z; Y) = 0
+        {"joint": torch.softmax(torch.randn(12, generator=g, dtype=torch.float64), 0).view(3, 4),
+         "f": torch.tensor([2, 0, 1])},  # a relabelling: nothing lost
+    ]
+    slips = [(e := _ref_processed_information(**c), _dpi_slips(c["joint"], c["f"], e)) for c in cases]
+    return check_function("processed_information", fn, _ref_processed_information, cases,
+                          compare=_compare_mi_with(slips))
+
+
+# ---------------------------------------------------------------- 7. softmax maximises score plus entropy
+_T = sp.Symbol("T", positive=True)
+_Z = {n: sp.symbols(f"z_1:{n + 1}") for n in (2, 3)}
+
+
+def _ref_maxent_distribution(z, T):
+    """argmax_p Σ pᵢzᵢ + T·H(p) subject to Σ pᵢ = 1: pᵢ = e^{zᵢ/T} / Σⱼ e^{zⱼ/T} = softmax(z/T)ᵢ."""
+    weights = [sp.exp(zi / T) for zi in z]
+    return sp.Matrix([w / sum(weights) for w in weights])
+
+
+def _softmax_of(scores):
+    weights = [sp.exp(s) for s in scores]
+    return sp.Matrix([w / sum(weights) for w in weights])
+
+
+def check_maxent_distribution(fn) -> CheckResult:
+    """``fn(z (tuple of n SymPy symbols), T (positive symbol)) -> the n probabilities`` (a list or a column
+    Matrix) that maximise Σ pᵢzᵢ + T·H(p) over distributions p."""
+    cases = [{"z": _Z[n], "T": _T} for n in (2, 3)]
+    hints = [(lambda z, T: _softmax_of(z), "the entropy is weighted by T: the maximiser is softmax(z/T); "
+                                           "softmax(z) is the case T = 1"),
+             (lambda z, T: _softmax_of([zi * T for zi in z]), "divide the scores by T, do not multiply: "
+                                                              "stationarity gives zᵢ − T(log pᵢ + 1) − λ = 0"),
+             (lambda z, T: _softmax_of([-zi / T for zi in z]), "the sign: we maximise Σ pᵢzᵢ, so larger zᵢ must "
+                                                               "get more probability"),
+             (lambda z, T: sp.Matrix([sp.exp(zi / T) for zi in z]), "normalise: the multiplier λ is fixed by the "
+                                                                    "constraint Σ pᵢ = 1"),
+             (lambda z, T: sp.Matrix([sp.exp(zi / T - 1) for zi in z]), "that is the stationarity condition with "
+                                                                        "λ = 0; λ is fixed by Σ pᵢ = 1"),
+             (lambda z, T: sp.Matrix([sp.Integer(1) / len(z)] * len(z)), "the uniform distribution maximises H(p) "
+                                                                         "alone (the limit T → ∞); the score term "
+                                                                         "favours large zᵢ")]
+    return check_expression("maxent_distribution", fn, _ref_maxent_distribution, cases, hints=hints)
+
+
 EXERCISES = {
     "cross_entropy_from_logits": check_cross_entropy_from_logits,
     "kl_div": check_kl_div,
     "mutual_information": check_mutual_information,
     "bigram_entropy": check_bigram_entropy,
     "head_entropy": check_head_entropy,
+    "processed_information": check_processed_information,
+    "maxent_distribution": check_maxent_distribution,
 }
