@@ -75,3 +75,10 @@ def test_student_edition_ships_no_instructor_notebook():
     assert notebooks and all(name.endswith("-student.ipynb") for name in notebooks), notebooks
     for page in (STUDENT / "chapters").glob("0*.html"):
         assert "instructor.ipynb" not in page.read_text(encoding="utf8"), page.name
+
+
+def test_the_midterm_solutions_are_in_the_full_edition_only():
+    marker = "Midterm problem set, with worked solutions"
+    assert marker not in (STUDENT / "book" / "course-guide.html").read_text(encoding="utf8")
+    if (FULL / "book" / "course-guide.html").is_file():
+        assert marker in (FULL / "book" / "course-guide.html").read_text(encoding="utf8")
