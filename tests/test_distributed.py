@@ -8,6 +8,7 @@ checkpoint, and ``--resume`` under torchrun then finishes the run exactly as the
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,9 +44,15 @@ def runs(tmp_path_factory):
     dead = _run([*TORCHRUN, str(ROOT / "tests" / "torchrun_fault.py"), *train, "--batch-size", "4",
                  "--out", "cut.json"], tmp, DIE_RANK="1", DIE_STEP="4")
     steps_kept = json.loads((tmp / "cut.json").read_text())["step"] if (tmp / "cut.json").exists() else None
+    if steps_kept is not None:  # a copy of the step-3 checkpoint, to be resumed by one process
+        (tmp / "solo").mkdir()
+        for f in tmp.glob("cut.*"):
+            shutil.copy(f, tmp / "solo" / f.name)
     resumed = _run([*TORCHRUN, "-m", "transformer_lab", *train, "--batch-size", "4", "--out", "cut.json",
                     "--resume"], tmp)
-    return tmp, two, one, dead, steps_kept, resumed
+    solo = _run([sys.executable, "-m", "transformer_lab", *train, "--batch-size", "4", "--grad-accum", "2",
+                 "--out", "solo/cut.json", "--resume"], tmp)
+    return tmp, two, one, dead, steps_kept, resumed, solo
 
 
 def test_two_gloo_processes_equal_one_process_with_the_same_global_batch(runs):
@@ -60,7 +67,7 @@ def test_two_gloo_processes_equal_one_process_with_the_same_global_batch(runs):
 
 
 def test_a_rank_that_dies_stops_the_job_with_a_clear_message(runs):
-    *_, dead, steps_kept, _ = runs
+    *_, dead, steps_kept, _, _ = runs
     assert dead.returncode != 0
     report = dead.stdout + dead.stderr
     assert "ChildFailedError" in report or "another process of this torchrun job stopped" in report, report[-3000:]
@@ -69,7 +76,7 @@ def test_a_rank_that_dies_stops_the_job_with_a_clear_message(runs):
 
 
 def test_resume_under_torchrun_equals_the_uninterrupted_job(runs):
-    tmp, _two, _, _, _, resumed = runs
+    tmp, _two, _, _, _, resumed, _ = runs
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming" in resumed.stdout and "at step 3 of 6" in resumed.stdout
     assert _losses(tmp / "cut.json") == _losses(tmp / "two.json")
@@ -82,3 +89,12 @@ def test_a_checkpoint_from_two_processes_loads_in_one(runs):
     out = _run([sys.executable, "-m", "transformer_lab", "sample", "--checkpoint", "two.json", "--tokens", "20",
                 "--device", "cpu"], tmp)
     assert out.returncode == 0 and len(out.stdout) > 20, out.stderr
+
+
+def test_one_process_resumes_a_two_process_checkpoint_with_the_same_global_batch(runs):
+    """2 processes x 4 windows wrote it; 1 process x 2 micro-batches of 4 continues it: the same windows."""
+    tmp, *_, solo = runs
+    assert solo.returncode == 0, solo.stderr[-2000:]
+    assert "at step 3 of 6" in solo.stdout and "1 process(es) x 2 micro-batch(es) of 4" in solo.stdout
+    a, b = _losses(tmp / "solo" / "cut.json"), _losses(tmp / "two.json")
+    assert a[:3] == b[:3] and max(abs(x - y) for x, y in zip(a, b, strict=True)) < 1e-5, (a, b)
