@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import sympy as sp
 import torch
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
@@ -82,6 +83,16 @@ def score_drift(kind, q, k, T_train, T_test, opposite=False, cross_terms=True):
     else:
         S = q @ k + 0.5 * (pos[None, :] - pos[:, None])
     return max((S.diagonal(-delta) - S[delta, 0]).abs().max().item() for delta in range(T_train))
+
+
+def rope_score(q1, q2, k1, k2, delta, theta):
+    m = sp.Symbol("m", real=True)
+
+    def rot(a):
+        return sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])
+
+    score = ((rot(m * theta) * sp.Matrix([q1, q2])).T * (rot((m + delta) * theta) * sp.Matrix([k1, k2])))[0]
+    return sp.simplify(sp.expand_trig(score))
 
 
 def layer_comparison(n, d):
@@ -275,6 +286,32 @@ def _drift_tensor(kind, q, k, T_train, T_test):  # a 1-element tensor is accepte
     return torch.tensor([score_drift(kind, q, k, dl + 1, T_test) for dl in range(T_train)])
 
 
+def _rs_m_minus_n(q1, q2, k1, k2, delta, theta):  # δ = m - n: the sine term's sign flips
+    return ch6._ref_rope_score(q1, q2, k1, k2, -delta, theta)
+
+
+def _rs_cos_only(q1, q2, k1, k2, delta, theta):
+    return sp.cos(delta * theta) * (q1 * k1 + q2 * k2)
+
+
+def _rs_no_theta(q1, q2, k1, k2, delta, theta):
+    return ch6._ref_rope_score(q1, q2, k1, k2, delta, 1)
+
+
+def _rs_same_position(q1, q2, k1, k2, delta, theta):  # both rotated by mθ: the rotation cancels
+    return ch6._ref_rope_score(q1, q2, k1, k2, 0, theta)
+
+
+def _rs_positions_left(q1, q2, k1, k2, delta, theta):  # the score in m and n, never rewritten in δ
+    m, n = sp.symbols("m n", real=True)
+    rot = lambda a: sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])  # noqa: E731
+    return ((rot(m * theta) * sp.Matrix([q1, q2])).T * (rot(n * theta) * sp.Matrix([k1, k2])))[0]
+
+
+def _rs_numeric(q1, q2, k1, k2, delta, theta):  # a float from torch, not an expression
+    return float(P.apply_rope(torch.ones(2, 2))[1, 0])
+
+
 def _layers_no_projections(n, d):
     return {"attention": (2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
 
@@ -438,6 +475,17 @@ def _splits_only_h(d_model, n_head):
     return math.factorial(d_model) // math.factorial(n_head)
 
 
+def _rs_matrix_form(q1, q2, k1, k2, delta, theta):  # qᵀ Rot(δθ) k, as the RoPE section wrote it
+    a = delta * theta
+    return (sp.Matrix([[q1, q2]]) * sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])
+            * sp.Matrix([k1, k2]))[0]
+
+
+def _rs_complex(q1, q2, k1, k2, delta, theta):  # Re(conj(q) k e^{iδθ}) with q, k as complex numbers
+    return sp.re(sp.expand(sp.conjugate(q1 + sp.I * q2) * (k1 + sp.I * k2) * sp.exp(sp.I * delta * theta),
+                           complex=True))
+
+
 def _eq_permutation_matrices(layer, x):  # Π X against Π layer(X), every permutation matrix
     T = x.shape[0]
     out = layer(x)
@@ -536,6 +584,13 @@ CATALOGUE = {
                   (lambda d_model, n_head: torch.tensor(head_splits(d_model, n_head)), ["must be an int"])],
         "right": [_splits_binomials, _splits_recursive],
     },
+    "rope_score": {
+        "wrong": [(_rs_m_minus_n, ["simplifies to", "δ is n - m"]), (_rs_cos_only, ["a term sin(δθ)"]),
+                  (_rs_no_theta, ["the angle is δθ"]), (_rs_same_position, ["by its own position"]),
+                  (_rs_positions_left, ["uses m, n, which it may not contain"]),
+                  (_rs_numeric, ["floating-point numbers", "exact"])],
+        "right": [_rs_matrix_form, _rs_complex],
+    },
     "is_equivariant": {
         "wrong": [(_eq_invariance, ["case 1 of 7", "the answer is False, expected True", "that is invariance"]),
                   (_eq_exact, ["case 1 of 7", "within a tolerance"]),
@@ -570,7 +625,8 @@ CATALOGUE = {
 
 def test_registry():
     assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "kv_pair_count",
-                                "alibi", "head_splits", "is_equivariant", "score_drift", "layer_comparison"}
+                                "alibi", "head_splits", "is_equivariant", "score_drift", "layer_comparison",
+                                "rope_score"}
     assert set(CATALOGUE) == set(registry(6))
 
 
@@ -580,7 +636,7 @@ def test_solutions_pass():
                      ("kv_pair_count", kv_pair_count),
                      ("alibi", lambda T, n_head: alibi(T, n_head)), ("head_splits", head_splits),
                      ("is_equivariant", is_equivariant), ("score_drift", lambda *a: score_drift(*a)),
-                     ("layer_comparison", layer_comparison)]:
+                     ("layer_comparison", layer_comparison), ("rope_score", rope_score)]:
         result = ch6.EXERCISES[name](fn)
         assert result.passed, f"{name}: {result.message}"
 
@@ -593,3 +649,15 @@ def test_typical_wrong_answer_rejected(name, wrong, words):
 @pytest.mark.parametrize(("name", "right"), right_answers(CATALOGUE))
 def test_correct_alternative_accepted(name, right):
     assert_accepted(ch6.EXERCISES[name], right)
+
+
+def test_rope_score_reference_is_the_rotated_score():
+    """The checker's closed form equals Rot(mθ)q · Rot(nθ)k with n = m + δ (symbolic), and the package's RoPE."""
+    q1, q2, k1, k2, delta, theta, m = sp.symbols("q1 q2 k1 k2 delta theta m", real=True)
+    rot = lambda a: sp.Matrix([[sp.cos(a), -sp.sin(a)], [sp.sin(a), sp.cos(a)]])  # noqa: E731
+    score = ((rot(m * theta) * sp.Matrix([q1, q2])).T * (rot((m + delta) * theta) * sp.Matrix([k1, k2])))[0]
+    assert sp.simplify(sp.expand_trig(score - ch6._ref_rope_score(q1, q2, k1, k2, delta, theta))) == 0
+    q, k = torch.tensor([0.3, -1.2], dtype=torch.float64), torch.tensor([0.7, 0.4], dtype=torch.float64)
+    rq, rk = P.apply_rope(q.expand(9, 2)), P.apply_rope(k.expand(9, 2))  # d = 2: θ = ω_0 = 1
+    expected = ch6._ref_rope_score(0.3, -1.2, 0.7, 0.4, sp.Integer(6), 1)  # query at 2, key at 8
+    assert abs(float(rq[2] @ rk[8]) - float(expected)) < 1e-12

@@ -3,6 +3,8 @@
 * ``sinusoidal(n_pos, d_model)`` — the sinusoidal encoding, (n_pos, d_model), float64
 * ``rotation_for_offset(k, d_model)`` — R(k) with PE(pos + k) = R(k) · PE(pos), (d_model, d_model)
 * ``rope(x)`` — rotary encoding of x (T, d) at positions 0 … T-1, interleaved pairs
+* ``rope_score(q1, q2, k1, k2, delta, theta)`` — the RoPE score of one pair, Rot(mθ)q · Rot(nθ)k, written in the
+  offset δ = n - m alone, a SymPy expression
 * ``kv_causal_mask(T, T_k)`` — the causal mask when the T queries are the last T of T_k positions
 * ``kv_pair_count(T, T_k)`` — how many (query, key) pairs that mask admits, an int
 * ``alibi(T, n_head)`` — ALiBi's score bias m_h · (j - i), (n_head, T, T), m_h = 2^{-8h/H}, H a power of 2
@@ -24,7 +26,14 @@ import torch
 
 from transformer_lab import positional as P
 from transformer_lab.attention import MultiHeadAttention
-from transformer_lab.exercises import CheckResult, check_function, describe_difference, distinct_digits, generator
+from transformer_lab.exercises import (
+    CheckResult,
+    check_expression,
+    check_function,
+    describe_difference,
+    distinct_digits,
+    generator,
+)
 
 
 def _ref_sinusoidal(n_pos, d_model):
@@ -69,6 +78,36 @@ def check_rope(fn) -> CheckResult:
              {"x": torch.randn(6, 8, generator=g, dtype=torch.float64)},
              {"x": torch.randn(12, 16, generator=g, dtype=torch.float64)}]
     return check_function("rope", fn, _ref_rope, cases, atol=1e-6, rtol=1e-5)  # angles in float32 are right too
+
+
+def _ref_rope_score(q1, q2, k1, k2, delta, theta):
+    """q^T Rot(δθ) k = cos(δθ)(q1 k1 + q2 k2) + sin(δθ)(q2 k1 - q1 k2), Rot(a) = [[cos a, -sin a], [sin a, cos a]]
+    (tests/test_exercises_ch6.py derives it from Rot(mθ)q · Rot(nθ)k with n = m + δ)."""
+    import sympy as sp
+
+    return sp.cos(delta * theta) * (q1 * k1 + q2 * k2) + sp.sin(delta * theta) * (q2 * k1 - q1 * k2)
+
+
+def check_rope_score(fn) -> CheckResult:
+    """``fn(q1, q2, k1, k2, delta, theta) -> sympy expression`` in those symbols only (no m, n)."""
+    import sympy as sp
+
+    q1, q2, k1, k2, delta, theta = sp.symbols("q1 q2 k1 k2 delta theta", real=True)
+    cases = [{"q1": q1, "q2": q2, "k1": k1, "k2": k2, "delta": delta, "theta": theta}]
+    cos, sin = sp.cos, sp.sin
+    hints = [
+        (lambda q1, q2, k1, k2, delta, theta: cos(delta * theta) * (q1 * k1 + q2 * k2)
+         - sin(delta * theta) * (q2 * k1 - q1 * k2),
+         "δ is n - m, the key's position minus the query's: with m - n the sine term changes sign (or a rotation is "
+         "clockwise)"),
+        (lambda q1, q2, k1, k2, delta, theta: cos(delta * theta) * (q1 * k1 + q2 * k2),
+         "a rotation mixes the two coordinates: a term sin(δθ)(q2 k1 - q1 k2) remains"),
+        (lambda q1, q2, k1, k2, delta, theta: cos(delta) * (q1 * k1 + q2 * k2) + sin(delta) * (q2 * k1 - q1 * k2),
+         "the angle is δθ, the offset times the frequency"),
+        (lambda q1, q2, k1, k2, delta, theta: q1 * k1 + q2 * k2,
+         "rotate the key by its own position nθ = (m + δ)θ, not by the query's"),
+    ]
+    return check_expression("rope_score", fn, _ref_rope_score, cases, hints=hints)
 
 
 def _ref_kv_mask(T, T_k):
@@ -411,6 +450,7 @@ EXERCISES = {
     "sinusoidal": check_sinusoidal,
     "rotation_for_offset": check_rotation_for_offset,
     "rope": check_rope,
+    "rope_score": check_rope_score,
     "kv_causal_mask": check_kv_causal_mask,
     "kv_pair_count": check_kv_pair_count,
     "alibi": check_alibi,
