@@ -150,3 +150,13 @@ def test_nbgrader_releases_without_solutions_and_autogrades(tmp_path):
     rows = grading.grade_folder(CHAPTER, flat, tmp_path / "grades.csv")
     assert {(r["student"], r["exercise"]) for r in rows if not r["passed"]} == {("wrong", wrong)}
     assert len(rows) == 2 * len(solutions)
+
+
+def test_export_course_command(tmp_path, capsys):
+    from transformer_lab import cli
+
+    assert cli.main(["export-course", str(tmp_path / "course"), "--chapters", "8"]) == 0
+    assert (tmp_path / "course" / "source" / "ch08" / "ch08.ipynb").is_file()
+    assert "nbgrader generate_assignment" in capsys.readouterr().out
+    assert cli.main(["export-course", str(tmp_path / "other"), "--chapters", "9"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

@@ -87,6 +87,18 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if passed == len(results) else 1
 
 
+def _export_course(args: argparse.Namespace) -> int:
+    from transformer_lab.course import export_course
+
+    try:
+        dest = export_course(args.dir, args.chapters)
+    except (ValueError, OSError) as exc:
+        return _fail(str(exc))
+    print(f"wrote the nbgrader course {dest}: {', '.join(sorted(p.name for p in (dest / 'source').iterdir()))} "
+          f"in source/, and nbgrader_config.py; next: cd {dest} && nbgrader generate_assignment ASSIGNMENT")
+    return 0
+
+
 def _write_template(chapter: int, path: Path) -> int:
     from transformer_lab.exercises.template import answers_template
 
@@ -488,6 +500,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", default=None,
                    help="for a folder: the CSV to write (default grades-chN.csv in the current folder)")
     p.set_defaults(func=_check)
+
+    p = sub.add_parser("export-course", help="write an nbgrader course: one assignment per chapter, with solution "
+                                             "regions and autograded test cells")
+    p.add_argument("dir", type=Path, help="the course folder to write (created if missing)")
+    p.add_argument("--chapters", type=int, nargs="+", metavar="N", default=None,
+                   help="the chapters to export (default: all)")
+    p.set_defaults(func=_export_course)
 
     from transformer_lab.distributed import DEVICES, PRECISIONS
     from transformer_lab.gpt import POSITIONS, GPTConfig
