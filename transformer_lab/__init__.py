@@ -9,10 +9,11 @@
 | 5       | information theory | information                                  |
 | 6       | combinatorics      | positional                                   |
 | 7       | numerical analysis | norm, numerics, residual                     |
-| 8       | the mini-GPT       | gpt, reference, data, train, checkpoint, cli |
+| 8       | the mini-GPT       | gpt, reference, data, train, distributed, checkpoint, ladder, lens, cli |
 
 Cross-cutting: ``derivations`` (SymPy, one module per chapter), ``exercises`` (automatic checks, one module per
-chapter), ``viz`` (plot style and interactive figures). Import submodules directly, e.g.
+chapter), ``grading`` (a submission graded in its own process), ``course`` (the nbgrader export), ``viz`` (plot
+style and interactive figures). Import submodules directly, e.g.
 ``from transformer_lab.attention import scaled_dot_product_attention``.
 """
 
