@@ -73,7 +73,7 @@ def _ref_rope(x):
 
 def check_rope(fn) -> CheckResult:
     """``fn(x (T, d)) -> (T, d)``: pair (x[m, 2i], x[m, 2i+1]) rotated by m·ω_i, ω_i = 10000^{-2i/d}."""
-    g = torch.Generator().manual_seed(7)
+    g = generator(7)
     cases = [{"x": torch.randn(3, 2, generator=g, dtype=torch.float64)},
              {"x": torch.randn(6, 8, generator=g, dtype=torch.float64)},
              {"x": torch.randn(12, 16, generator=g, dtype=torch.float64)}]
