@@ -125,6 +125,13 @@ def test_chapter_renders_myst_in_jupyterlab(jupyterlab):
             page.goto(f"{base}/lab/tree/chapters/{student_path(CHAPTER).name}?token={token}")
             exercises = page.locator(".jp-MarkdownCell aside.myst-exercise")
             exercises.first.wait_for(timeout=60_000)
+            # JupyterLab renders cells one after another: measure once every Markdown cell has gone through MyST
+            # and every exercise block is there (else a slow machine reads a half-rendered notebook)
+            page.wait_for_function(
+                "n => { const cells = [...document.querySelectorAll('.jp-MarkdownCell')];"
+                " return cells.length > 10 && cells.every(c => c.querySelector('.myst'))"
+                " && document.querySelectorAll('.jp-MarkdownCell aside.myst-exercise').length >= n; }",
+                arg=CHAPTER.read_text().count("```{exercise}"), timeout=60_000)
             rendered = page.evaluate("() => [...document.querySelectorAll('.jp-MarkdownCell .myst')]"
                                      ".map(m => m.textContent).join('\\n')")
             n_markdown = page.locator(".jp-MarkdownCell").count()
