@@ -9,7 +9,8 @@ from transformer_lab import cli
 from transformer_lab.data import shakespeare
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
-        "--max-iters", "12", "--warmup", "2", "--eval-interval", "6", "--eval-iters", "2", "--quiet", "--threads", "1"]
+        "--max-iters", "12", "--warmup", "2", "--eval-interval", "6", "--eval-iters", "2", "--quiet",
+        "--no-compile", "--threads", "1"]
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from transformer_lab.data import shakespeare
 from transformer_lab.sampling import filter_logits, sample
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
-        "--max-iters", "4", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet", "--threads", "1"]
+        "--max-iters", "4", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet",
+        "--no-compile", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,6 @@ def test_short_train_runs_on_the_default_warmup(tmp_path):
     (tmp_path / "text.txt").write_text(shakespeare()[:12_000], encoding="utf-8")
     argv = ["train", "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "m.json"), "--n-layer", "1",
             "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4", "--max-iters", "10",
-            "--eval-interval", "5", "--eval-iters", "1", "--quiet", "--threads", "1"]
+            "--eval-interval", "5", "--eval-iters", "1", "--quiet", "--no-compile", "--threads", "1"]
     assert cli.main(argv) == 0
     assert (tmp_path / "m.json").is_file()

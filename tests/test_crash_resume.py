@@ -23,7 +23,7 @@ from transformer_lab.data import shakespeare
 pytestmark = pytest.mark.timeout(240)
 
 ARGS = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
-        "--max-iters", "60", "--warmup", "2", "--eval-interval", "5", "--eval-iters", "1", "--quiet",
+        "--max-iters", "60", "--warmup", "2", "--eval-interval", "5", "--eval-iters", "1", "--quiet", "--no-compile",
         "--threads", "1", "--seed", "11", "--dropout", "0.1"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
@@ -130,7 +130,7 @@ def test_killed_anywhere_the_last_checkpoint_loads_and_resume_matches(text, tmp_
 
 # ------------------------------------------------------------------ the lock file, in-process
 TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
-        "--max-iters", "2", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet",
+        "--max-iters", "2", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet", "--no-compile",
         "--threads", "1"]
 
 

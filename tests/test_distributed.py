@@ -21,7 +21,7 @@ from transformer_lab.data import shakespeare
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 MODEL = ["--max-iters", "6", "--block-size", "16", "--n-layer", "1", "--n-head", "2", "--d-model", "16",
-         "--eval-interval", "3", "--eval-iters", "2", "--warmup", "1", "--quiet", "--threads", "1",
+         "--eval-interval", "3", "--eval-iters", "2", "--warmup", "1", "--quiet", "--no-compile", "--threads", "1",
          "--device", "cpu"]
 
 

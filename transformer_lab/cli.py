@@ -215,10 +215,23 @@ def _train(args: argparse.Namespace) -> int:
         distributed.init(world, device)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc))
+    if args.compile:
+        args.compile = _can_compile(device, world)
     try:
         return _train_ranked(args, tc, mc, corpus, world, device, precision)
     finally:
         distributed.shutdown()
+
+
+def _can_compile(device, world) -> bool:
+    """Whether to compile the training step; if not, one line on stderr (rank 0) saying why."""
+    from transformer_lab.train import compile_problem, use_compile_cache
+
+    use_compile_cache()  # before inductor first looks for its cache directory
+    problem = compile_problem(device)
+    if problem and world.is_main:
+        print(f"note: training without torch.compile: {problem}", file=sys.stderr)
+    return problem is None
 
 
 def _train_ranked(args, tc, mc, corpus, world, device, precision) -> int:
@@ -520,8 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint at --out")
     p.add_argument("--weights-only", action="store_true", help="finish with a small weights-only checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--compile", action="store_true",
-                   help="fuse the training step with torch.compile (faster after a compile of ~10-30 s)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="fuse the training step with torch.compile when this machine has a working C++ compiler "
+                        "(default; the first run compiles for ~10-60 s, later runs reuse the cached kernels); "
+                        "--no-compile trains eagerly")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; fix it for bit-identical reruns)")
     for name, default in (("n_layer", m.n_layer), ("n_head", m.n_head), ("d_model", m.d_model),

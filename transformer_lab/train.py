@@ -17,7 +17,11 @@ global batch (``world.size`` · K · ``batch_size`` windows per step) and only r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import os
+import subprocess
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -90,6 +94,56 @@ def check_corpus(corpus: Corpus, config: TrainConfig) -> None:
                              "smaller --block-size")
 
 
+def compile_problem(device: torch.device | str = "cpu") -> str | None:
+    """Why ``torch.compile`` cannot train on ``device`` here, in one line, or None when it can.
+
+    The CPU backend (inductor) writes C++ and builds it with the compiler inductor itself picks (``$CXX`` or
+    ``g++``): that compiler must exist and build a tiny shared library within 30 s. CUDA needs Triton.
+    """
+    import torch._dynamo
+
+    kind = torch.device(device).type
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile does not support this Python version"
+    if kind == "cuda":
+        from torch.utils._triton import has_triton
+        return None if has_triton() else "torch.compile on CUDA needs Triton, which is not installed"
+    if kind != "cpu":
+        return f"torch.compile's default backend is not used on {kind} here"
+    return _cpu_compiler_problem()
+
+
+@functools.cache
+def _cpu_compiler_problem() -> str | None:
+    from torch._inductor import cpp_builder
+
+    try:
+        cxx = cpp_builder.get_cpp_compiler()
+    except Exception as exc:  # inductor raises its own InvalidCxxCompiler (or an OSError)
+        return f"no working C++ compiler for torch.compile's CPU backend ({type(exc).__name__}; set CXX)"
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            done = subprocess.run([cxx, "-x", "c++", "-shared", "-fPIC", "-o", os.path.join(tmp, "smoke.so"), "-"],
+                                  input='extern "C" int smoke() { return 1; }', capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"the C++ compiler {cxx} did not build a test library ({type(exc).__name__})"
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or ["no message"])[0][:120]
+        return f"the C++ compiler {cxx} failed on a test library ({first})"
+    return None
+
+
+def use_compile_cache() -> Path:
+    """Keep torch.compile's on-disk caches (inductor's FX graph cache, the AOTAutograd cache) in this user's cache
+    directory (both are on by default in torch 2.13), so that a second run reuses the first run's compiled kernels;
+    ``$TORCHINDUCTOR_CACHE_DIR``, when set, wins."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "transformer_lab" / "inductor")
+    return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+
 class TrainingDiverged(RuntimeError):
     """The loss or a gradient became NaN or infinite; the message names the step."""
 
@@ -123,7 +177,8 @@ class Trainer:
     ``meta``: JSON-able facts stored in the checkpoint (e.g. the model config, under ``"config"``).
     ``compile=True`` runs the training forward (and so its backward) through ``torch.compile``, which fuses the
     components' small operations into a few generated kernels: the same formulas, faster once compiled (the first
-    step waits for the compiler), and equal to the uncompiled run up to float round-off.
+    step waits for the compiler, or reads its kernels from :func:`use_compile_cache`'s directory), and equal to the
+    uncompiled run up to float round-off. :func:`compile_problem` tells whether this machine can compile.
 
     The model trains on the device it is on. ``precision``: ``torch.float32`` (plain), ``torch.bfloat16`` or
     ``torch.float16`` (forward under ``torch.autocast``; float16 with ``torch.amp.GradScaler``). ``world``: this
@@ -149,6 +204,8 @@ class Trainer:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device] if self.device.type == "cuda" else None)
         wrapped = self.ddp or model
+        if compile:
+            use_compile_cache()
         self.forward = torch.compile(wrapped) if compile else wrapped  # the training step's forward pass
         # float16's narrow range needs the loss scaled up before backward (and the gradients down after)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)

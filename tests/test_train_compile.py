@@ -1,0 +1,67 @@
+"""`train` compiles its training step by default, falls back to eager with one line saying why, and --no-compile
+opts out (issue 18). torch.compile itself is replaced by a recorder here: a real compile takes tens of seconds,
+and the compiled step's agreement with the eager one is tested in test_train.py."""
+
+import pytest
+import torch
+
+from transformer_lab import cli, train
+from transformer_lab.data import shakespeare
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
+        "--max-iters", "2", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet", "--threads", "1"]
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """``run(*flags)`` trains TINY through the CLI; returns (exit code, stderr, how many times torch.compile ran)."""
+    (tmp_path / "text.txt").write_text(shakespeare()[:12_000], encoding="utf-8")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(model) or model)
+
+    def go(*flags, capsys):
+        code = cli.main(["train", "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "m.json"),
+                         "--force", *TINY, *flags])
+        return code, capsys.readouterr().err, len(compiled)
+
+    return go
+
+
+def test_the_default_train_compiles_when_a_cxx_compiler_works(run, capsys):
+    if train.compile_problem("cpu") is not None:
+        pytest.skip(f"this machine cannot compile: {train.compile_problem('cpu')}")
+    code, err, n = run(capsys=capsys)
+    assert code == 0 and n == 1 and "torch.compile" not in err
+
+
+def test_no_compile_trains_eagerly(run, capsys):
+    code, err, n = run("--no-compile", capsys=capsys)
+    assert code == 0 and n == 0 and "torch.compile" not in err
+
+
+def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypatch):
+    from torch._inductor import cpp_builder
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    def missing():
+        raise InvalidCxxCompiler
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", missing)
+    train._cpu_compiler_problem.cache_clear()
+    try:
+        code, err, n = run(capsys=capsys)
+    finally:
+        train._cpu_compiler_problem.cache_clear()
+    notes = [line for line in err.splitlines() if "torch.compile" in line]
+    assert code == 0 and n == 0
+    assert notes == ["note: training without torch.compile: no working C++ compiler for torch.compile's CPU backend "
+                     "(InvalidCxxCompiler; set CXX)"]
+
+
+def test_the_compile_cache_goes_to_the_users_cache_unless_set(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert train.use_compile_cache() == tmp_path / "transformer_lab" / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert train.use_compile_cache() == tmp_path / "mine"
