@@ -14,6 +14,7 @@ float32 and the results rounded back once. In float16 itself the base-2 scores S
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -105,19 +106,6 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     if len({torch.float32 if t.dtype in _HALF else t.dtype for t in (query, key, value)}) > 1:
         raise ValueError(f"query, key and value must share a dtype (float16 and bfloat16 count as float32, in which "
                          f"they are computed): got {query.dtype}, {key.dtype}, {value.dtype}")
-    if torch.amp.is_autocast_available(query.device.type) and torch.is_autocast_enabled(query.device.type):
-        with torch.autocast(query.device.type, enabled=False):  # our core picks its precision (forward = backward)
-            return scaled_dot_product_attention(query=query, key=key, value=value, mask=mask, scale=scale,
-                                                dropout=dropout, generator=generator, is_causal=is_causal,
-                                                need_weights=need_weights)
-    if query.dtype in _HALF or key.dtype in _HALF or value.dtype in _HALF:  # computed in float32, rounded once
-        wide = [t.float() if t.dtype in _HALF else t for t in (query, key, value)]
-        out, weights = scaled_dot_product_attention(query=wide[0], key=wide[1], value=wide[2], mask=mask,
-                                                    scale=scale, dropout=dropout, generator=generator,
-                                                    is_causal=is_causal, need_weights=need_weights)
-        return out.to(query.dtype), (None if weights is None else weights.to(query.dtype))
-    d_k = query.shape[-1]
-    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     T_q, T_k = query.shape[-2], key.shape[-2]
     if is_causal:
         if mask is not None:
@@ -125,17 +113,39 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
         if T_k < T_q:
             raise ValueError(f"is_causal needs T_k >= T_q (the queries are the last T_q positions), got "
                              f"T_q={T_q}, T_k={T_k}")
-        # one query, the last position, sees every key: no mask at all (the common case when generating)
-        mask = causal_mask(T_q, T_k, device=query.device) if T_q > 1 else None
     elif mask is not None:
         _check_mask(mask, torch.Size((*batch, T_q, T_k)))
-    if not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)):
+    return _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_weights)
+
+
+def _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_weights):
+    """:func:`scaled_dot_product_attention` on inputs it has checked, or that a model checked once (the GPT's
+    blocks, whose shapes follow from its config): the computation alone, no checks."""
+    if torch.amp.is_autocast_available(query.device.type) and torch.is_autocast_enabled(query.device.type):
+        with torch.autocast(query.device.type, enabled=False):  # our core picks its precision (forward = backward)
+            return _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_weights)
+    if query.dtype in _HALF or key.dtype in _HALF or value.dtype in _HALF:  # computed in float32, rounded once
+        wide = [t.float() if t.dtype in _HALF else t for t in (query, key, value)]
+        out, weights = _sdpa(*wide, mask, scale, dropout, generator, is_causal, need_weights)
+        return out.to(query.dtype), (None if weights is None else weights.to(query.dtype))
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale  # 1/√d_k
+    T_q, T_k = query.shape[-2], key.shape[-2]
+    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    if grad and is_causal and not need_weights and dropout == 0.0 and T_q == T_k >= _CAUSAL_SPLIT_MIN:
+        return _CausalAttention.apply(query, key, value, _causal_additive(T_q, query.device, query.dtype), scale), None
+    if is_causal:  # one query, the last position, sees every key: no mask at all (the common case when generating)
+        mask = causal_mask(T_q, T_k, device=query.device) if T_q > 1 else None
+    if not grad:
         out, weights = _attend(query, key, value, mask, scale, dropout, generator)[-2:]  # no autograd bookkeeping
         return out, (weights if need_weights else None)
-    if is_causal and not need_weights and dropout == 0.0 and T_q == T_k >= _CAUSAL_SPLIT_MIN:
-        return _CausalAttention.apply(query, key, value, mask, scale), None
     out, weights = _Attention.apply(query, key, value, mask, scale, dropout, generator)
     return out, (weights if need_weights else None)
+
+
+@functools.lru_cache(maxsize=16)
+def _causal_additive(T: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The (T, T) causal mask as an additive 0 / -inf matrix, built once per (T, device, dtype); only ever read."""
+    return _additive(causal_mask(T, device=device), torch.empty(0, dtype=dtype, device=device))
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -258,10 +268,9 @@ class _CausalAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, mask, scale):
+    def forward(ctx, query, key, value, additive, scale):
         m = query.shape[-2] // 2
-        q, key, value = _prepare(query, key, value, scale)
-        additive = _additive(mask, q)  # (T, T)
+        q, key, value = _prepare(query, key, value, scale)  # additive: the causal mask as 0 / -inf   (T, T)
         p1 = _softmax_weights(q[..., :m, :], key[..., :m, :], additive[:m, :m])  # first half   (..., m, m)
         p2 = _softmax_weights(q[..., m:, :], key, additive[m:])  # second half, every key   (..., T - m, T)
         out = torch.cat((p1 @ value[..., :m, :], p2 @ value), dim=-2)  # O = P V   (..., T, d_v)
@@ -386,6 +395,14 @@ class MultiHeadAttention(nn.Module):
         out, weights = scaled_dot_product_attention(query=q, key=k, value=v, mask=mask, dropout=p,
                                                     is_causal=is_causal, need_weights=need_weights)
         return self.out_proj(merge_heads(out)), weights  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
+
+    def _attend_causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, need_weights: bool = False):
+        """:meth:`attend` with ``is_causal=True`` for a caller that checked the shapes once (the GPT's blocks)."""
+        p = self.dropout if self.training else 0.0
+        out, weights = _sdpa(q, k, v, None, None, p, None, True, need_weights)  # (B, h, T_q, d_k)
+        B, _, T_q, _ = out.shape
+        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # merge_heads: concat(heads)   (B, T_q, C)
+        return self.out_proj(out), weights  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_head={self.n_head}, d_k={self.d_k}, dropout={self.dropout}"

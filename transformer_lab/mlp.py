@@ -70,13 +70,19 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
         self._check(x)
+        return self._forward(x, generator)
+
+    def _forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """:meth:`forward` without its check, for a model that checked its shapes once (the GPT's blocks)."""
         h = self.fc(x)  # (..., 4C)  h = x W₁ᵀ + b₁
         if self.approximate == "tanh":  # (..., 4C)  a = GELU(h); without autograd when nothing needs a gradient
             a = _TanhGELU.apply(h) if h.requires_grad else h * _sigmoid_2u(h)
         else:
             a = gelu(h, self.approximate)
         y = self.proj(a)  # (..., C)  y = a W₂ᵀ + b₂
-        return dropout(y, self.p, training=self.training, generator=generator)
+        if not (self.training and self.p > 0.0):
+            return y
+        return dropout(y, self.p, training=True, generator=generator)
 
     def forward_with_cache(self, x: torch.Tensor, *, generator: torch.Generator | None = None):
         """The forward pass without autograd, returning ``(out, cache)`` for :meth:`backward`."""

@@ -129,9 +129,15 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
         raise ValueError(f"layer_norm: eps must be >= 0, got {eps}")
     _check_param("weight", weight, x)
     _check_param("bias", bias, x)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
-        return _LayerNormFunction.apply(x, weight, bias, float(eps))
-    return _normalize(x, weight, bias, float(eps))[0]  # nothing to differentiate: skip autograd's bookkeeping
+    return _layer_norm(x, weight, bias, float(eps))
+
+
+def _layer_norm(x, weight, bias, eps: float) -> torch.Tensor:
+    """:func:`layer_norm` on checked inputs: through autograd only when something needs a gradient."""
+    if torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)):
+        return _LayerNormFunction.apply(x, weight, bias, eps)
+    return _normalize(x, weight, bias, eps)[0]  # nothing to differentiate: skip autograd's bookkeeping
 
 
 class LayerNorm(nn.Module):
@@ -154,6 +160,10 @@ class LayerNorm(nn.Module):
         if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[-1] != self.d_model:
             raise ValueError(f"LayerNorm({self.d_model}): expected x (..., {self.d_model}), got {tuple(x.shape)}")
         return layer_norm(x, self.weight, self.bias, self.eps)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` without its checks, for a model that checked its shapes once (the GPT's blocks)."""
+        return _layer_norm(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps:g}, bias={self.bias is not None}"
