@@ -1,13 +1,15 @@
-"""Training throughput of our GPT against the built-in reference GPT, same config, same run.
+"""Training throughput: our GPT eager and compiled (the default `train`) against the built-in reference GPT, eager
+and compiled, in one run.
 
-Both models train on the same batches; timing alternates between them in short rounds, so a busy, shared
-machine slows both alike, and the ratio (ours / reference tokens per second) is what we quote. Also reports
-the share of the machine's measured matmul peak (FLOP/s) that our training step uses.
+All four start from the same weights and train on the same batches; timing alternates between them in short rounds
+(the order reversed every other round), so a busy, shared machine slows them alike. For each thread count it prints
+tokens/s (the median of the rounds), each one's ratio to the eager built-in reference (the median of the rounds'
+ratios: the number we quote) and the share of the machine's measured float32 matmul peak (FLOP/s) each step uses.
+"Compiled" wraps the model's forward in ``torch.compile``, as ``Trainer(compile=True)`` does; its kernels are kept
+in :func:`~transformer_lab.train.use_compile_cache`'s directory, and the warm-up that compiles (or reads the cache)
+is timed and printed.
 
-    python benchmarks/train_speed.py [--steps 30] [--rounds 5] [--threads N] [--cpu-time] [--compile]
-
-``--compile`` runs both models through ``torch.compile`` (the warm-up, which includes compiling, is timed and
-printed) to see whether fusing the operations closes the gap.
+    python benchmarks/train_speed.py [--threads 1 2] [--steps 20] [--rounds 7] [--cpu-time] [--eager-only]
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import default_corpus, recipe_models, stack, time_steps
+
+from transformer_lab.train import compile_problem, use_compile_cache
+
+BASE = "reference eager"  # every ratio is against the eager built-in reference
 
 
 def matmul_peak(n: int = 512, repeat: int = 20) -> float:
@@ -42,56 +48,81 @@ def train_flops_per_token(model) -> float:
     return 6 * n + 6 * c.n_layer * c.block_size * c.d_model + 6 * c.d_model * c.vocab_size
 
 
+def variants(vocab_size: int, block_size: int, compiled: bool) -> dict:
+    """{name: (model to call, loss function, optimizer, the module)}: ours and the reference, eager (and compiled)."""
+    out = {}
+    for mode in ("eager", "compiled") if compiled else ("eager",):
+        ours, ref = recipe_models(vocab_size, block_size=block_size)  # the same initial weights for all four
+        for kind, model in (("ours", ours), ("reference", ref)):
+            call = torch.compile(model) if mode == "compiled" else model
+            out[f"{kind} {mode}"] = (call, *stack(model, kind), model)
+    return out
+
+
+def measure(args, threads: int, corpus, clock) -> dict:
+    torch.set_num_threads(threads)
+    torch._dynamo.reset()  # compile afresh for this thread count (inductor's kernels are built for it)
+    runs = variants(corpus.tokenizer.vocab_size, args.block_size, not args.eager_only)
+    steps = dict(batch_size=args.batch_size, block_size=args.block_size)
+    for name, (call, loss_fn, opt, _) in runs.items():  # warm-up (and compilation)
+        t0 = time.perf_counter()
+        time_steps(call, loss_fn, opt, corpus.train, steps=3, generator=torch.Generator().manual_seed(0), **steps)
+        if "compiled" in name:
+            print(f"  {threads} thread(s): {name}: compiled (or read from the cache) and warmed up in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for r in range(args.rounds):
+        for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
+            call, loss_fn, opt, _ = runs[name]
+            times[name].append(time_steps(call, loss_fn, opt, corpus.train, steps=args.steps, clock=clock,
+                                          generator=torch.Generator().manual_seed(r), **steps))
+    tokens = args.steps * args.batch_size * args.block_size
+    peak = matmul_peak()
+    flops = train_flops_per_token(runs[BASE][3])
+    out = {"threads": threads, "matmul_peak_gflops": peak / 1e9, "variants": {}}
+    for name, t in times.items():
+        tps = tokens / statistics.median(t)
+        out["variants"][name] = {
+            "tokens_per_s": tps,
+            "ratio": statistics.median(b / o for o, b in zip(t, times[BASE], strict=True)),  # per-round ratios
+            "peak_share": flops * tps / peak}
+    return out
+
+
+def report(out: dict, args) -> None:
+    print(f"training throughput, recipe config (L=4, h=4, C=128, T={args.block_size}, B={args.batch_size}), "
+          f"{out['threads']} thread(s), {'process CPU' if args.cpu_time else 'wall'} time, median of "
+          f"{args.rounds} alternating rounds of {args.steps} steps")
+    for name, v in out["variants"].items():
+        note = "  <- the default `train`" if name == "ours compiled" else ""
+        print(f"  {name:19s} {v['tokens_per_s']:9,.0f} tokens/s  {v['ratio']:5.2f}x the eager reference  "
+              f"{100 * v['peak_share']:3.0f}% of the {out['matmul_peak_gflops']:.0f} GFLOP/s matmul peak{note}")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=30, help="training steps per timed round")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds per model")
+    ap.add_argument("--steps", type=int, default=20, help="training steps per timed round")
+    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant")
     ap.add_argument("--batch-size", type=int, default=12)
     ap.add_argument("--block-size", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts (default 1 2)")
     ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time instead of wall time")
-    ap.add_argument("--compile", action="store_true", help="torch.compile both models first")
+    ap.add_argument("--eager-only", action="store_true", help="leave out the two compiled variants")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if not args.eager_only:
+        use_compile_cache()
+        problem = compile_problem("cpu")
+        if problem:
+            print(f"note: compiled variants left out: {problem}")
+            args.eager_only = True
     clock = time.process_time if args.cpu_time else time.perf_counter
     corpus = default_corpus()
-    ours, ref = recipe_models(corpus.tokenizer.vocab_size, block_size=args.block_size)
-    stacks = {"ours": (ours, *stack(ours, "ours")), "reference": (ref, *stack(ref, "reference"))}
-    if args.compile:
-        stacks = {k: (torch.compile(m), loss_fn, opt) for k, (m, loss_fn, opt) in stacks.items()}
-    times: dict[str, list[float]] = {k: [] for k in stacks}
-    for kind, (model, loss_fn, opt) in stacks.items():  # warm-up (and compilation)
-        t0 = time.perf_counter()
-        time_steps(model, loss_fn, opt, corpus.train, steps=5, batch_size=args.batch_size,
-                   block_size=args.block_size, generator=torch.Generator().manual_seed(0))
-        if args.compile:
-            print(f"  {kind}: compiled and warmed up in {time.perf_counter() - t0:.1f} s")
-    for r in range(args.rounds):
-        order = list(stacks) if r % 2 == 0 else list(reversed(stacks))
-        for kind in order:
-            model, loss_fn, opt = stacks[kind]
-            times[kind].append(time_steps(model, loss_fn, opt, corpus.train, steps=args.steps,
-                                          batch_size=args.batch_size, block_size=args.block_size,
-                                          generator=torch.Generator().manual_seed(r), clock=clock))
-    tokens = args.steps * args.batch_size * args.block_size
-    tps = {k: tokens / min(v) for k, v in times.items()}  # the best round: the least disturbed by other work
-    pair_ratios = [r / o for o, r in zip(times["ours"], times["reference"], strict=True)]
-    peak = matmul_peak()
-    flops = train_flops_per_token(ours) * tps["ours"]
-    out = {"tokens_per_s_ours": tps["ours"], "tokens_per_s_reference": tps["reference"],
-           "ratio": tps["ours"] / tps["reference"], "median_pair_ratio": statistics.median(pair_ratios),
-           "matmul_peak_gflops": peak / 1e9,
-           "train_gflops": flops / 1e9, "peak_share": flops / peak, "threads": torch.get_num_threads()}
-    print(f"training throughput, recipe config (L=4, h=4, C=128, T=64, B=12), {torch.get_num_threads()} threads, "
-          f"{'process CPU' if args.cpu_time else 'wall'} time{', both compiled' if args.compile else ''}")
-    print(f"  ours      {tps['ours']:10,.0f} tokens/s")
-    print(f"  reference {tps['reference']:10,.0f} tokens/s")
-    print(f"  ratio ours / reference = {out['ratio']:.2f}x (best rounds); median of the {args.rounds} "
-          f"back-to-back pairs {out['median_pair_ratio']:.2f}x")
-    print(f"  matmul peak {out['matmul_peak_gflops']:.1f} GFLOP/s; our step uses {out['train_gflops']:.1f} "
-          f"GFLOP/s = {100 * out['peak_share']:.0f}% of it")
-    return out
+    results = []
+    for threads in args.threads:
+        out = measure(args, threads, corpus, clock)
+        report(out, args)
+        results.append(out)
+    return {"runs": results}
 
 
 if __name__ == "__main__":
