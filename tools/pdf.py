@@ -34,6 +34,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-
 COMBINED = "chapters/_transformer-math-lab-print.html"
 PRINT_CSS = """
 .tl-pdf-page + .tl-pdf-page { break-before: page; }
+.tl-pdf-page h1 { display: block !important; }  /* the theme's print rules hide a page's title */
 .bd-article-container, .bd-content, .bd-main, .bd-container__inner { max-width: none !important; }
 """
 FOOTER = ('<div style="font-size: 8px; width: 100%; text-align: center; color: #666;">'
