@@ -64,10 +64,15 @@ def maxent_distribution(z, T):
     return [sp.simplify(pi.subs(lam, lam_value)) for pi in stationary]
 
 
+def loss_units(loss, tokens_per_char):
+    per_char = loss * tokens_per_char  # nats per character
+    return per_char / math.log(2), torch.exp(loss), torch.exp(per_char)
+
+
 SOLUTIONS = {"cross_entropy_from_logits": cross_entropy_from_logits, "kl_div": kl_div,
              "mutual_information": mutual_information, "bigram_entropy": bigram_entropy,
              "head_entropy": head_entropy, "processed_information": processed_information,
-             "maxent_distribution": maxent_distribution}
+             "maxent_distribution": maxent_distribution, "loss_units": loss_units}
 
 
 # ---------------------------------------------------------------- correct alternatives, in other styles
@@ -302,7 +307,47 @@ def maxent_logsumexp(z, T):  # plain symbols, pᵢ = exp(zᵢ/T − log Σⱼ ex
     return sp.Matrix([sp.exp(zi / T - sp.log(sum(sp.exp(zj / T) for zj in z))) for zi in z])
 
 
+def units_via_bits(loss, tokens_per_char):  # bits per token first, then per character; perplexity as 2^bits
+    bits_per_token = loss / math.log(2)
+    bpc = bits_per_token * tokens_per_char
+    return bpc, 2 ** bits_per_token, 2 ** bpc
+
+
+def units_numpy(loss, tokens_per_char):
+    nats = loss.numpy()
+    return (torch.from_numpy(nats * tokens_per_char * np.log2(np.e)), torch.from_numpy(np.exp(nats)),
+            torch.from_numpy(np.exp(nats) ** tokens_per_char))
+
+
+def _units(bpc=None, ppl_token=None, ppl_char=None):
+    """``loss_units`` with some of its three outputs replaced by a slip f(loss, tokens_per_char)."""
+    def fn(loss, tokens_per_char):
+        right = loss_units(loss, tokens_per_char)
+        return tuple(right[i] if slip is None else slip(loss, tokens_per_char)
+                     for i, slip in enumerate((bpc, ppl_token, ppl_char)))
+    return fn
+
+
 CATALOGUE = {
+    "loss_units": {
+        "wrong": [
+            (_units(bpc=lambda n, r: n / math.log(2)), ["on case 2", "output[0] (bits per character)",
+                                                        "bits per *token*"]),
+            (_units(bpc=lambda n, r: n / r / math.log(2)), ["on case 2", "loss · tokens_per_char", "not ÷"]),
+            (_units(bpc=lambda n, r: n * r / math.log(10)), ["output[0]", "not by ln 10"]),
+            (_units(bpc=lambda n, r: n * r * math.log(2)), ["output[0]", "not nats · ln 2"]),
+            (_units(bpc=lambda n, r: n * r), ["output[0]", "still nats per character"]),
+            (_units(ppl_token=lambda n, r: 2 ** n), ["output[1] (perplexity per token)", "e^loss"]),
+            (_units(ppl_token=lambda n, r: 10 ** n), ["output[1]", "not 10^loss"]),
+            (_units(ppl_char=lambda n, r: torch.exp(n)), ["on case 2", "output[2] (perplexity per character)",
+                                                          "that is the perplexity per token"]),
+            (_units(ppl_char=lambda n, r: torch.exp(n / r)), ["output[2]", "not loss / tokens_per_char"]),
+            (_units(ppl_char=lambda n, r: 2 ** (n * r)), ["output[2]", "need e^x"]),
+            (_units(ppl_char=lambda n, r: (n * r / math.log(2)).float().exp2()), ["output[2]", "torch.float32"]),
+            (lambda n, r: torch.stack(loss_units(n, r)), ["return a tuple of 3 tensors", "got Tensor"]),
+        ],
+        "right": [units_via_bits, units_numpy],
+    },
     "processed_information": {
         "wrong": [(dpi_not_merged, ["differs", "merges the rows"]),
                   (dpi_swapped, ["differs", "the order"]),

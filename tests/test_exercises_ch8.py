@@ -2,6 +2,7 @@
 message naming the difference, correct answers written another way pass; the parameter-count formula equals both
 models' counts."""
 
+import itertools
 import math
 
 import numpy as np
@@ -11,8 +12,11 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_accepted, assert_rejected, right_answers, wrong_answers
 
+from transformer_lab import ladder, lens
+from transformer_lab.data import CharTokenizer
 from transformer_lab.derivations import ch8 as d8
 from transformer_lab.exercises import ch8, registry
+from transformer_lab.gpt import GPT, GPTConfig
 
 
 def count_params(vocab_size, block_size, n_layer, d_model):
@@ -32,6 +36,16 @@ def attend_with_cache(q, k_cache, v_cache, k_new, v_new):
     v = torch.cat((v_cache, v_new), dim=-2)
     w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
     return w @ v, k, v
+
+
+def ladder_gains(rungs):
+    loss = {r["name"]: r["val_loss"] for r in rungs}
+    gains = {r["name"]: loss[r["parent"]] - r["val_loss"] for r in rungs if r["parent"] is not None}
+    return {name: (nats, nats / math.log(2)) for name, nats in gains.items()}
+
+
+def logit_lens(x, ln_weight, ln_bias, emb):
+    return F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps=1e-5) @ emb.T
 
 
 # ---------------------------------------------------------------- count_params
@@ -253,6 +267,99 @@ def _entropy_mean(w):
     return -torch.special.xlogy(w, w).mean(-1)
 
 
+# ---------------------------------------------------------------- ladder_gains
+def _gains_loop(rungs):
+    by_name = {r["name"]: r for r in rungs}
+    out = {}
+    for r in rungs:
+        if r["parent"]:
+            drop = by_name[r["parent"]]["val_loss"] - r["val_loss"]
+            out[r["name"]] = [drop, math.log2(math.exp(drop))]
+    return out
+
+
+def _gains_numpy(rungs):
+    names = [r["name"] for r in rungs if r["parent"] is not None]
+    loss = {r["name"]: r["val_loss"] for r in rungs}
+    nats = np.array([loss[next(r["parent"] for r in rungs if r["name"] == n)] - loss[n] for n in names])
+    return {n: (float(a), float(b)) for n, a, b in zip(names, nats, nats * math.log2(math.e), strict=True)}
+
+
+def _gains_row_above(rungs):  # each rung against the row above it, not its parent
+    return {r["name"]: (q["val_loss"] - r["val_loss"], (q["val_loss"] - r["val_loss"]) / math.log(2))
+            for q, r in itertools.pairwise(rungs)}
+
+
+def _gains_sign(rungs):
+    return {k: (-n, -b) for k, (n, b) in ladder_gains(rungs).items()}
+
+
+def _gains_bits_times_ln2(rungs):
+    return {k: (n, n * math.log(2)) for k, (n, _) in ladder_gains(rungs).items()}
+
+
+def _gains_log10(rungs):
+    return {k: (n, n / math.log(10)) for k, (n, _) in ladder_gains(rungs).items()}
+
+
+def _gains_root_included(rungs):
+    return {rungs[0]["name"]: (0.0, 0.0), **ladder_gains(rungs)}
+
+
+def _gains_relative(rungs):
+    loss = {r["name"]: r["val_loss"] for r in rungs}
+    return {r["name"]: ((loss[r["parent"]] - r["val_loss"]) / loss[r["parent"]],
+                        (loss[r["parent"]] - r["val_loss"]) / loss[r["parent"]] / math.log(2))
+            for r in rungs if r["parent"] is not None}
+
+
+def _gains_list(rungs):  # the numbers, but not keyed by rung
+    return list(ladder_gains(rungs).values())
+
+
+# ---------------------------------------------------------------- logit_lens
+def _lens_by_hand(x, ln_weight, ln_bias, emb):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return ((x - mu) / torch.sqrt(var + 1e-5) * ln_weight + ln_bias) @ emb.T
+
+
+def _lens_einsum(x, ln_weight, ln_bias, emb):
+    ln = torch.nn.LayerNorm(x.shape[-1], dtype=x.dtype)
+    with torch.no_grad():
+        ln.weight.copy_(ln_weight)
+        ln.bias.copy_(ln_bias)
+        return torch.einsum("...c,vc->...v", ln(x), emb)
+
+
+def _lens_no_layernorm(x, ln_weight, ln_bias, emb):
+    return x @ emb.T
+
+
+def _lens_no_affine(x, ln_weight, ln_bias, emb):
+    return F.layer_norm(x, x.shape[-1:], eps=1e-5) @ emb.T
+
+
+def _lens_unbiased(x, ln_weight, ln_bias, emb):
+    return ((x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5) * ln_weight + ln_bias) @ emb.T
+
+
+def _lens_no_eps(x, ln_weight, ln_bias, emb):
+    return F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps=0.0) @ emb.T
+
+
+def _lens_softmax(x, ln_weight, ln_bias, emb):
+    return torch.softmax(logit_lens(x, ln_weight, ln_bias, emb), -1)
+
+
+def _lens_float32(x, ln_weight, ln_bias, emb):
+    return logit_lens(x.float(), ln_weight.float(), ln_bias.float(), emb.float())
+
+
+def _lens_untransposed(x, ln_weight, ln_bias, emb):
+    return F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps=1e-5) @ emb
+
+
 CATALOGUE = {
     "count_params": {
         "wrong": [
@@ -310,15 +417,41 @@ CATALOGUE = {
         ],
         "right": [_entropy_xlogy, _entropy_where],
     },
+    "ladder_gains": {
+        "wrong": [
+            (_gains_row_above, ["on case 1", "answer['sinusoidal']", "its parent", "not with the row above"]),
+            (_gains_sign, ["differs", "the sign"]),
+            (_gains_bits_times_ln2, ["answer['attention'][1] differs", "nats / ln 2", "not nats · ln 2"]),
+            (_gains_log10, ["[1] differs", "not by ln 10"]),
+            (_gains_root_included, ["rungs ['bigram'] it should not", "only rungs with a parent"]),
+            (_gains_relative, ["differs", "not a fraction of the parent's loss"]),
+            (_gains_list, ["should be a dict", "got list"]),
+        ],
+        "right": [_gains_loop, _gains_numpy],
+    },
+    "logit_lens": {
+        "wrong": [
+            (_lens_no_layernorm, ["differs", "final LayerNorm LN_f"]),
+            (_lens_no_affine, ["differs", "scale γ and shift β"]),
+            (_lens_unbiased, ["differs", "population variance"]),
+            (_lens_no_eps, ["differs", "inside the square root"]),
+            (_lens_softmax, ["differs", "not their softmax"]),
+            (_lens_float32, ["dtype torch.float32", "rounds to float32"]),
+            (_lens_untransposed, ["raised RuntimeError"]),
+        ],
+        "right": [_lens_by_hand, _lens_einsum],
+    },
 }
 
 
 def test_registry():
     assert registry(8) == ch8.EXERCISES
-    assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy"}
+    assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy",
+                                  "ladder_gains", "logit_lens"}
 
 
-@pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy])
+@pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy, ladder_gains,
+                                logit_lens])
 def test_solutions_pass(fn):
     result = ch8.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -356,3 +489,24 @@ def test_entropy_reference_has_no_negative_zero():
     """One-hot rows have entropy +0, not -0 (the checker used to print 'expected -0')."""
     h = ch8._entropy_reference(torch.eye(3, dtype=torch.float64))
     assert not torch.signbit(h).any()
+
+
+def test_logit_lens_reference_is_what_the_inspector_reads():
+    """The checker's LN_f(x) Eᵀ, on the residual stream lens.read records, is lens.read's own logit lens, and at the
+    last layer the model's logits."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=5, block_size=8, n_layer=2, n_head=2, d_model=8)).double()
+    with torch.no_grad():  # a LayerNorm that is not the identity: γ ≠ 1, β ≠ 0
+        model.ln_f.weight.uniform_(0.5, 1.5)
+        model.ln_f.bias.uniform_(-0.3, 0.3)
+    reading = lens.read(model, CharTokenizer("abcde"), "abcaed")
+    got = ch8._lens_reference(reading.residual, model.ln_f.weight.detach(), model.ln_f.bias.detach(),
+                              model.tok_emb.weight.detach())
+    torch.testing.assert_close(got, reading.lens_logits.to(got.dtype), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(got[-1], reading.logits.to(got.dtype), atol=1e-6, rtol=1e-6)
+
+
+def test_ladder_gains_first_case_is_the_shipped_table():
+    """The public case is ladder.json itself, so the answer is the table's per-component gain."""
+    gains = ch8._gains_reference(ladder.load_table()["rungs"])
+    assert set(gains) == {r.name for r in ladder.FULL.rungs if r.parent}

@@ -7,6 +7,8 @@
 * ``head_entropy(weights)`` — the entropy of each attention row in nats, 0 for a fully masked (all-zero) row
 * ``processed_information(joint, f)`` — (I(X; Y), I(f(X); Y)): the data-processing inequality on a table
 * ``maxent_distribution(z, T)`` — the maximiser of Σ pᵢzᵢ + T·H(p), derived with a Lagrange multiplier (SymPy)
+* ``loss_units(loss, tokens_per_char)`` — a loss in nats per token as bits per character, perplexity per token and
+  perplexity per character
 
 A hint is added to a "differs" message only when its condition holds: the answer equals what the typical slip
 computes on that case (the slips are computed from the case's inputs), or is within 0.1 % of the answer. Hints are
@@ -479,6 +481,61 @@ def check_maxent_distribution(fn) -> CheckResult:
     return check_expression("maxent_distribution", fn, _ref_maxent_distribution, cases, hints=hints)
 
 
+# ---------------------------------------------------------------- 8. nats, bits, bits per character, perplexity
+def _ref_loss_units(loss, tokens_per_char):
+    """(bits per character, perplexity per token, perplexity per character) of a loss in nats per token: nats per
+    character = loss · tokens_per_char; bits = nats / ln 2; perplexity = e^nats = 2^bits."""
+    per_char = loss * tokens_per_char  # nats per character
+    return per_char / math.log(2), torch.exp(loss), torch.exp(per_char)
+
+
+def _units_slips(loss, tokens_per_char) -> list:
+    """What the typical slips compute on one case, as ``(item, value, hint)``."""
+    per_char = loss * tokens_per_char
+    return [(0, loss / math.log(2), "that is bits per *token*: a token covers tokens_per_char⁻¹ characters, so "
+                                    "first convert to nats per character, loss · tokens_per_char"),
+            (0, loss / tokens_per_char / math.log(2), "per character means loss · tokens_per_char (tokens per "
+                                                      "character < 1 for tokens longer than a character), not ÷"),
+            (0, per_char / math.log(10), "bits use log base 2: divide the nats by ln 2, not by ln 10"),
+            (0, per_char * math.log(2), "bits = nats / ln 2 (1 bit = ln 2 ≈ 0.693 nats), not nats · ln 2"),
+            (0, per_char, "those are still nats per character: divide by ln 2 for bits"),
+            (1, 2 ** loss, "the loss is in nats, so the perplexity is e^loss; 2^x is for a loss in bits"),
+            (1, 10 ** loss, "the loss is in nats, so the perplexity is e^loss, not 10^loss"),
+            (2, torch.exp(loss), "that is the perplexity per token; per character it is e^(loss · tokens_per_char)"),
+            (2, torch.exp(loss / tokens_per_char), "per character the exponent is loss · tokens_per_char, not "
+                                                   "loss / tokens_per_char"),
+            (2, 2 ** per_char, "the nats per character need e^x: 2^x takes bits (2^bpc is the same number)")]
+
+
+def check_loss_units(fn) -> CheckResult:
+    """``fn(loss (n,) nats per token, tokens_per_char: float) -> (bits per character, perplexity per token,
+    perplexity per character)``, each (n,)."""
+    gen = generator(17)
+    def losses(n, centre, scale):
+        return centre + scale * torch.randn(n, generator=gen, dtype=torch.float64).abs()
+
+    cases = [dict(loss=torch.tensor([math.log(64), math.log(2), 0.0], dtype=torch.float64), tokens_per_char=1.0),
+             dict(loss=losses(4, 2.5, 0.5), tokens_per_char=0.25),  # a sub-word model: 4 characters a token
+             dict(loss=losses(3, 1.0, 1.0), tokens_per_char=float(0.2 + 0.3 * torch.rand(1, generator=gen)))]
+    slips = [(_ref_loss_units(**c)[0], _units_slips(**c)) for c in cases]
+    names = ("bits per character", "perplexity per token", "perplexity per character")
+
+    def compare(got, expected):
+        if not isinstance(got, tuple | list) or len(got) != 3:
+            return (f"return a tuple of 3 tensors ({', '.join(names)}), got "
+                    f"{type(got).__name__}{f' of {len(got)} items' if isinstance(got, tuple | list) else ''}")
+        case = next(i for i, (e, _) in enumerate(slips) if torch.equal(e, expected[0]))
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            msg = describe_difference(g, e, atol=1e-9, rtol=1e-9, what=f"output[{i}] ({names[i]})")
+            if msg:
+                hint = next((h for item, value, h in slips[case][1] if item == i and _slip_hint(g, [(value, h)])),
+                            "")
+                return msg + (f"; hint: {hint}" if hint else _close_hint(g, e))
+        return None
+
+    return check_function("loss_units", fn, _ref_loss_units, cases, compare=compare)
+
+
 EXERCISES = {
     "cross_entropy_from_logits": check_cross_entropy_from_logits,
     "kl_div": check_kl_div,
@@ -487,4 +544,5 @@ EXERCISES = {
     "head_entropy": check_head_entropy,
     "processed_information": check_processed_information,
     "maxent_distribution": check_maxent_distribution,
+    "loss_units": check_loss_units,
 }

@@ -1,5 +1,6 @@
 """Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
-key/value cache, measure how spread a head's attention is.
+key/value cache, measure how spread a head's attention is, read what each rung of the ladder adds, read a residual
+stream through the logit lens.
 
 Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 :class:`~transformer_lab.exercises.CheckResult` saying what differs.
@@ -7,18 +8,21 @@ Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 
 import numpy as np
 import torch
 
+from transformer_lab import ladder
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator, randn
 from transformer_lab.gpt import GPT, GPTConfig
+from transformer_lab.norm import layer_norm
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_count_params",
-           "check_lm_windows"]
+           "check_ladder_gains", "check_lm_windows", "check_logit_lens"]
 
 
 def _count_reference(vocab_size, block_size, n_layer, d_model):
@@ -173,5 +177,122 @@ def check_attention_entropy(fn) -> CheckResult:
     return check_function("attention_entropy", fn, _entropy_reference, cases, compare=compare)
 
 
+def _gains_reference(rungs):
+    loss = {r["name"]: r["val_loss"] for r in rungs}
+    return {r["name"]: (loss[r["parent"]] - r["val_loss"], (loss[r["parent"]] - r["val_loss"]) / math.log(2))
+            for r in rungs if r["parent"] is not None}
+
+
+def _gains_slips(rungs) -> list:
+    """What the typical slips compute on one ladder, each with its hint: (name → (nats, bits), hint)."""
+    loss = {r["name"]: r["val_loss"] for r in rungs}
+    right = _gains_reference(rungs)
+    previous = {r["name"]: q["val_loss"] - r["val_loss"] for q, r in itertools.pairwise(rungs) if r["parent"]}
+    return [({k: (-n, -b) for k, (n, b) in right.items()},
+             "the sign: a component that helps lowers the loss, so its gain is loss(parent) - loss(rung) > 0"),
+            ({k: (n, n * math.log(2)) for k, (n, b) in right.items()},
+             "bits = nats / ln 2 (1 bit = ln 2 ≈ 0.693 nats), not nats · ln 2"),
+            ({k: (n, n / math.log(10)) for k, (n, b) in right.items()},
+             "bits use log base 2: divide the nats by ln 2, not by ln 10"),
+            ({k: (n, n / math.log(2)) for k, n in previous.items()},
+             "compare each rung with its parent (the rung it adds to), not with the row above it: the three "
+             "position rungs all add to 'layernorm'"),
+            ({k: (n / loss[r], n / loss[r] / math.log(2)) for k, (n, b) in right.items()
+              for r in [next(x["parent"] for x in rungs if x["name"] == k)]},
+             "the gain is a difference of losses in nats, not a fraction of the parent's loss")]
+
+
+def _compare_gains_with(ladders: list):
+    def compare(got, expected):
+        if not isinstance(got, dict):
+            return f"the answer should be a dict {{rung name: (nats, bits)}}, got {type(got).__name__}"
+        extra, missing = sorted(set(got) - set(expected), key=str), sorted(set(expected) - set(got))
+        if extra:
+            return (f"the answer has rungs {extra} it should not; only rungs with a parent get a gain (the "
+                    "root has nothing below it to compare with)")
+        if missing:
+            return f"the answer misses the rungs {missing}"
+        case = next(i for i, e in enumerate(ladders) if e[0] == expected)
+        for name, value in expected.items():
+            msg = describe_difference(got[name], value, atol=1e-9, rtol=1e-9, what=f"answer[{name!r}]")
+            if msg:
+                for slip, hint in ladders[case][1]:
+                    if describe_difference(got[name], slip.get(name), atol=1e-9, rtol=1e-9) is None:
+                        return f"{msg}; hint: {hint}"
+                return msg
+        return None
+
+    return compare
+
+
+def check_ladder_gains(fn) -> CheckResult:
+    """``ladder_gains(rungs) -> {name: (nats, bits)}``: for each rung with a parent, how much it lowers the
+    validation loss of the rung it adds to, loss(parent) - loss(rung), in nats and in bits (÷ ln 2). ``rungs`` is a
+    list of ``{"name", "parent", "val_loss"}`` dicts, as in ``ladder.json``; the root's parent is None."""
+    table = [{k: r[k] for k in ("name", "parent", "val_loss")} for r in ladder.load_table()["rungs"]]
+    gen = generator(11)
+    noise = randn(gen, len(table), scale=0.05).tolist()
+    noisy = [dict(r, val_loss=r["val_loss"] + e) for r, e in zip(table, noise, strict=True)]
+    order = torch.randperm(len(noisy) - 1, generator=gen).tolist()  # the root first, the others in any order
+    shuffled = [noisy[0], *(noisy[i + 1] for i in order)]
+    cases = [dict(rungs=table), dict(rungs=shuffled),
+             dict(rungs=[{"name": "a", "parent": None, "val_loss": 3.0}, {"name": "b", "parent": "a", "val_loss": 2.5},
+                         {"name": "c", "parent": "a", "val_loss": 2.75}])]  # a worse sibling after a better one
+    ladders = [(_gains_reference(**c), _gains_slips(**c)) for c in cases]
+    return check_function("ladder_gains", fn, _gains_reference, cases, compare=_compare_gains_with(ladders))
+
+
+LENS_EPS = 1e-5  # the final LayerNorm's eps: transformer_lab.norm.LayerNorm's default, as nn.LayerNorm's
+
+
+def _lens_reference(x, ln_weight, ln_bias, emb):
+    return layer_norm(x, ln_weight, ln_bias, eps=LENS_EPS) @ emb.T  # (..., C) @ (C, V) -> (..., V)
+
+
+def _lens_slips(x, ln_weight, ln_bias, emb) -> list:
+    """What the typical slips compute on one case, each with its hint."""
+    mu, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+    right = _lens_reference(x, ln_weight, ln_bias, emb)
+    return [(x @ emb.T, "the residual went straight to the head: the lens reads it through the model's final "
+                        "LayerNorm LN_f first, as the model's own output does"),
+            ((x - mu) / (var + LENS_EPS).sqrt() @ emb.T, "LN_f has a learned scale γ and shift β: apply them"),
+            ((((x - mu) / (x.var(-1, keepdim=True) + LENS_EPS).sqrt()) * ln_weight + ln_bias) @ emb.T,
+             "LayerNorm divides by the population variance (mean of squares, unbiased=False), not the unbiased one"),
+            ((((x - mu) / var.sqrt()) * ln_weight + ln_bias) @ emb.T,
+             f"eps = {LENS_EPS:g} belongs inside the square root, sqrt(σ² + eps): it matters for a residual of "
+             "small variance"),
+            (torch.softmax(right, -1), "return the logits LN_f(x) Eᵀ, not their softmax")]
+
+
+def check_logit_lens(fn) -> CheckResult:
+    """``logit_lens(x, ln_weight, ln_bias, emb) -> (..., V)``: the logit lens of a residual stream x (..., C),
+    LN_f(x) Eᵀ, through the final LayerNorm (γ = ln_weight, β = ln_bias, eps 1e-5, population variance) and the
+    head tied to the token embedding E (V, C); :func:`transformer_lab.lens.read`'s ``lens_logits``."""
+    gen = generator(12)
+
+    def case(*lead, C=8, V=11, scale=1.0):
+        return dict(x=randn(gen, *lead, C, scale=scale) + randn(gen, *lead, 1), ln_weight=1 + 0.3 * randn(gen, C),
+                    ln_bias=0.2 * randn(gen, C), emb=randn(gen, V, C, scale=0.5))
+
+    cases = [case(3, 5), case(2, 4, 6, C=4, V=7), case(3, 2, scale=1e-3)]  # case 3: σ² ≈ 1e-6, below eps
+    slips = [(_lens_reference(**c), _lens_slips(**c)) for c in cases]
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-9, rtol=1e-9)
+        if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        if got.dtype != expected.dtype:
+            return msg + (f"; hint: the answer has dtype {got.dtype}, the inputs {expected.dtype}: compute in "
+                          "their dtype (a .float() or a tensor made without dtype= rounds to float32)")
+        index = next(i for i, (e, _) in enumerate(slips) if torch.equal(e, expected))
+        for slip, hint in slips[index][1]:
+            if torch.allclose(got, slip, atol=1e-9, rtol=1e-9):
+                return f"{msg}; hint: {hint}"
+        return msg
+
+    return check_function("logit_lens", fn, _lens_reference, cases, compare=compare)
+
+
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
-             "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy}
+             "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy,
+             "ladder_gains": check_ladder_gains, "logit_lens": check_logit_lens}
