@@ -132,7 +132,9 @@ def _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_we
     T_q, T_k = query.shape[-2], key.shape[-2]
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
     if grad and is_causal and not need_weights and dropout == 0.0 and T_q == T_k >= _CAUSAL_SPLIT_MIN:
-        return _CausalAttention.apply(query, key, value, _causal_additive(T_q, query.device, query.dtype), scale), None
+        additive = (_additive(causal_mask(T_q, device=query.device), query) if torch.compiler.is_compiling()
+                    else _causal_additive(T_q, query.device, query.dtype))  # compiled: a constant of the graph
+        return _CausalAttention.apply(query, key, value, additive, scale), None
     if is_causal:  # one query, the last position, sees every key: no mask at all (the common case when generating)
         mask = causal_mask(T_q, T_k, device=query.device) if T_q > 1 else None
     if not grad:
@@ -421,7 +423,10 @@ class Embedding(nn.Module):
         if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
             raise ValueError(f"idx must be an integer tensor of token ids, got "
                              f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
+        # (not while torch.compile traces: reading the ids' range would split its graph; the trainer's ids come
+        # from a checked corpus)
+        if idx.numel() and not torch.compiler.is_compiling() and (
+                int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
             raise ValueError(f"token ids must lie in [0, vocab_size={self.vocab_size}), got values in "
                              f"[{int(idx.min())}, {int(idx.max())}]")
         return self.weight[idx]  # row idx of E = one_hot(idx) E   (..., C)
