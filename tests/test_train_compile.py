@@ -70,7 +70,7 @@ def test_the_compile_cache_goes_to_the_users_cache_unless_set(monkeypatch, tmp_p
 def test_the_gpt_checks_its_input_once_not_in_every_component(monkeypatch):
     """Inside the GPT the components run unchecked (shapes checked at construction and at the entry): a training
     forward and backward never calls their checked public entry points (the same numbers: test_gpt.py)."""
-    from transformer_lab import attention, mlp, norm, softmax
+    from transformer_lab import attention, mlp, norm
     from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.information import cross_entropy
 
@@ -81,8 +81,7 @@ def test_the_gpt_checks_its_input_once_not_in_every_component(monkeypatch):
     model = GPT(GPTConfig(vocab_size=11, block_size=40, n_layer=2, n_head=2, d_model=16, dropout=0.1))
     idx = torch.randint(0, 11, (2, 40))
     for module, name in ((attention, "scaled_dot_product_attention"), (attention, "merge_heads"),
-                         (norm, "layer_norm"), (norm.LayerNorm, "forward"), (mlp.MLP, "_check"),
-                         (softmax.LMHead, "forward")):
+                         (norm, "layer_norm"), (norm.LayerNorm, "forward"), (mlp.MLP, "_check")):
         monkeypatch.setattr(module, name, checked)
     cross_entropy(model(idx), idx).backward()
     with pytest.raises(ValueError, match="token ids must lie in"):  # the entry still checks

@@ -171,7 +171,7 @@ class GPT(nn.Module):
             if need_weights:
                 x, w = x
                 weights.append(w)
-        logits = self.head._forward(self.ln_f._forward(x))  # z = LN(x) Eᵀ   (B, T, V)
+        logits = self.head(self.ln_f._forward(x))  # z = LN(x) Eᵀ   (B, T, V); the head's one check per forward
         return (logits, weights) if need_weights else logits
 
     @torch.inference_mode()

@@ -127,10 +127,6 @@ class LMHead(nn.Module):
         """x (..., C) -> logits (..., V)."""
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(f"LMHead expects x of shape (..., d_model={self.d_model}), got {shape_or_type(x)}")
-        return self._forward(x)
-
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        """:meth:`forward` without its check, for a model that checked its shapes once (the GPT)."""
         logits = x @ self.weight.T  # z = x Wᵀ   (..., V)
         if self.bias is not None:
             logits = logits + self.bias  # z = x Wᵀ + b
