@@ -38,6 +38,13 @@ def attend_with_cache(q, k_cache, v_cache, k_new, v_new):
     return w @ v, k, v
 
 
+def same_function(a, b):
+    if a.shape != b.shape:
+        return False
+    scale = max(1.0, b.abs().max().item())
+    return (a - b).abs().max().item() <= 1000 * torch.finfo(b.dtype).eps * scale
+
+
 def ladder_gains(rungs):
     loss = {r["name"]: r["val_loss"] for r in rungs}
     gains = {r["name"]: loss[r["parent"]] - r["val_loss"] for r in rungs if r["parent"] is not None}
@@ -267,6 +274,51 @@ def _entropy_mean(w):
     return -torch.special.xlogy(w, w).mean(-1)
 
 
+# ---------------------------------------------------------------- same_function
+def _same_allclose(a, b):  # the same test with torch.allclose, its tolerances set from the dtype
+    eps = torch.finfo(a.dtype).eps
+    return a.shape == b.shape and torch.allclose(a, b, rtol=0, atol=1000 * eps * max(1.0, float(b.abs().max())))
+
+
+def _same_numpy(a, b):
+    a, b = a.numpy(), b.numpy()
+    if a.shape != b.shape:
+        return False
+    return bool(np.max(np.abs(a - b)) <= 500 * np.finfo(b.dtype).eps * max(1.0, np.max(np.abs(b))))
+
+
+def _same_bitwise(a, b):  # too strict: round-off is a difference
+    return torch.equal(a, b)
+
+
+def _same_default_allclose(a, b):  # too loose in float64: rtol = 1e-5 hides a small bug
+    return a.shape == b.shape and torch.allclose(a, b)
+
+
+def _same_argmax(a, b):  # what a sampled / greedy text compares
+    return a.shape == b.shape and torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def _same_fixed_atol(a, b):
+    return a.shape == b.shape and bool((a - b).abs().max() < 1e-6)
+
+
+def _same_float64_eps_always(a, b):  # float64's epsilon for float32 logits too
+    return a.shape == b.shape and bool((a - b).abs().max() <= 1000 * torch.finfo(torch.float64).eps)
+
+
+def _same_no_shape_check(a, b):  # broadcasting fails on different shapes
+    return bool((a - b).abs().max() <= 1000 * torch.finfo(b.dtype).eps)
+
+
+def _same_tolerance_1e_9(a, b):  # a float64 habit, applied to float32 logits
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-9, atol=1e-9)
+
+
+def _same_tensor_answer(a, b):  # a tensor of verdicts, one per logit
+    return (a - b).abs() <= 1e-9
+
+
 # ---------------------------------------------------------------- ladder_gains
 def _gains_loop(rungs):
     by_name = {r["name"]: r for r in rungs}
@@ -417,6 +469,20 @@ CATALOGUE = {
         ],
         "right": [_entropy_xlogy, _entropy_where],
     },
+    "same_function": {
+        "wrong": [
+            (_same_bitwise, ["on case 1", "answered False, expected True", "round-off", "torch.finfo(dtype).eps"]),
+            (_same_default_allclose, ["on case 3", "answered True, expected False", "in float32",
+                                      "allclose's default"]),
+            (_same_argmax, ["on case 3", "answered True"]),
+            (_same_fixed_atol, ["on case 3", "answered True", "fixed tolerance"]),
+            (_same_float64_eps_always, ["on case 2", "answered False", "float32"]),
+            (_same_no_shape_check, ["on case 6", "raised RuntimeError"]),
+            (_same_tolerance_1e_9, ["on case 2", "answered False"]),
+            (_same_tensor_answer, ["on case 1", "one bool", "got Tensor"]),
+        ],
+        "right": [_same_allclose, _same_numpy],
+    },
     "ladder_gains": {
         "wrong": [
             (_gains_row_above, ["on case 1", "answer['sinusoidal']", "its parent", "not with the row above"]),
@@ -447,11 +513,11 @@ CATALOGUE = {
 def test_registry():
     assert registry(8) == ch8.EXERCISES
     assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy",
-                                  "ladder_gains", "logit_lens"}
+                                  "same_function", "ladder_gains", "logit_lens"}
 
 
-@pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy, ladder_gains,
-                                logit_lens])
+@pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy, same_function,
+                                ladder_gains, logit_lens])
 def test_solutions_pass(fn):
     result = ch8.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -510,3 +576,12 @@ def test_ladder_gains_first_case_is_the_shipped_table():
     """The public case is ladder.json itself, so the answer is the table's per-component gain."""
     gains = ch8._gains_reference(ladder.load_table()["rungs"])
     assert set(gains) == {r.name for r in ladder.FULL.rungs if r.parent}
+
+
+def test_same_function_leaves_the_global_generator_alone():
+    """The checker builds its models under fork_rng: a notebook's own random draws are not shifted by checking."""
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    ch8.check_same_function(same_function)
+    assert torch.equal(torch.rand(3), expected)

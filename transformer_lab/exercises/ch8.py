@@ -1,6 +1,6 @@
 """Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
-key/value cache, measure how spread a head's attention is, read what each rung of the ladder adds, read a residual
-stream through the logit lens.
+key/value cache, measure how spread a head's attention is, decide from their logits whether two implementations
+compute the same function, read what each rung of the ladder adds, read a residual stream through the logit lens.
 
 Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 :class:`~transformer_lab.exercises.CheckResult` saying what differs.
@@ -8,21 +8,24 @@ Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import operator
 
 import numpy as np
 import torch
+from torch import nn
 
 from transformer_lab import ladder
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator, randn
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.norm import layer_norm
+from transformer_lab.reference import ReferenceGPT
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_count_params",
-           "check_ladder_gains", "check_lm_windows", "check_logit_lens"]
+           "check_ladder_gains", "check_lm_windows", "check_logit_lens", "check_same_function"]
 
 
 def _count_reference(vocab_size, block_size, n_layer, d_model):
@@ -177,6 +180,87 @@ def check_attention_entropy(fn) -> CheckResult:
     return check_function("attention_entropy", fn, _entropy_reference, cases, compare=compare)
 
 
+SAME_TOLERANCE = 1000  # round-off allowance, in units of the dtype's epsilon times the logits' scale
+
+
+def _same_reference(a, b):
+    if a.shape != b.shape:
+        return False
+    eps = torch.finfo(b.dtype).eps
+    return bool((a - b).abs().max() <= SAME_TOLERANCE * eps * max(1.0, float(b.abs().max())))
+
+
+class _InFloat32(nn.Module):
+    """A linear layer computing in float32 whatever its input's dtype: the bug of a stray ``.float()``."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear.float()(x.float()).to(x.dtype)
+
+
+def _logit_pairs(gen) -> list[tuple[dict, str]]:
+    """Logits of our GPT and of the reference GPT loaded with its weights, on the same tokens: equal up to round-off
+    in float64 and float32, then four with a bug (three in the reference, one in the shape), each with the hint for a
+    wrong verdict there."""
+    c = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16)
+    idx = torch.randint(0, c.vocab_size, (2, c.block_size), generator=gen)
+    with torch.random.fork_rng():  # the models' initialisation draws from the global generator: leave it as it was
+        torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
+        ours, ref = GPT(c).double().eval(), ReferenceGPT(c).double().eval()
+    ref.load_state_dict(ours.state_dict())
+    in_float32, exact_gelu, transposed = copy.deepcopy(ref), copy.deepcopy(ref), copy.deepcopy(ref)
+    in_float32.blocks[0].mlp.fc = _InFloat32(in_float32.blocks[0].mlp.fc)
+    for block in exact_gelu.blocks:
+        block.gelu = nn.GELU()  # erf GELU where the model uses the tanh approximation
+    with torch.no_grad():
+        transposed.blocks[0].attn.out_proj.weight.copy_(transposed.blocks[0].attn.out_proj.weight.T.clone())
+        run = {name: m(idx) for name, m in (("ours", ours), ("ref", ref), ("float32", in_float32),
+                                            ("gelu", exact_gelu), ("transposed", transposed))}
+        run["ours32"], run["ref32"] = ours.float()(idx), ref.float()(idx)
+
+    def gap(a, b):
+        return f"max |a - b| = {float((a - b).abs().max()):.2g}"
+
+    round_off = ("; hint: the two implementations add in different orders (a fused kernel against ours), so their "
+                 "logits differ by round-off ({}); bitwise equality is too strict: allow a multiple of "
+                 "torch.finfo(dtype).eps times the logits' scale, in the logits' own dtype")
+    return [(dict(a=run["ours"], b=run["ref"]), round_off.format(gap(run["ours"], run["ref"]) + ", float64")),
+            (dict(a=run["ours32"], b=run["ref32"]), round_off.format(gap(run["ours32"], run["ref32"]) + ", float32")),
+            (dict(a=run["ours"], b=run["float32"]),
+             f"; hint: these come from a reference whose first MLP layer computes in float32 (a stray .float()): "
+             f"{gap(run['ours'], run['float32'])}, far above float64's round-off, yet allclose's default "
+             f"rtol = 1e-5, atol = 1e-8 and any fixed tolerance near 1e-6 accept it: tie the tolerance to the dtype"),
+            (dict(a=run["ours"], b=run["gelu"]),
+             f"; hint: these come from a reference with the exact (erf) GELU where the model uses the tanh "
+             f"approximation: {gap(run['ours'], run['gelu'])}, far above float64 round-off, yet the argmax (or a "
+             f"sampled text) agrees: compare the logits themselves"),
+            (dict(a=run["ours"], b=run["transposed"]),
+             "; hint: these come from a reference with a transposed projection weight "
+             f"({gap(run['ours'], run['transposed'])})"),
+            (dict(a=run["ours"][:, 1:], b=run["ref"]),
+             "; hint: logits of different shapes (here one position short) are not the same function's output")]
+
+
+def check_same_function(fn) -> CheckResult:
+    """``same_function(a, b) -> bool``: do logits a and b (same dtype) agree up to round-off, max |a - b| <=
+    1000 · ε · max(1, max |b|) with ε = torch.finfo(dtype).eps? False for different shapes."""
+    pairs = _logit_pairs(generator(13))
+    hints = iter([h for _, h in pairs])
+
+    def compare(got, expected):
+        hint = next(hints)
+        if isinstance(got, torch.Tensor) and got.numel() == 1 and got.dtype == torch.bool:
+            got = bool(got)
+        if not isinstance(got, bool | np.bool_):
+            return f"the answer should be one bool (True or False), got {type(got).__name__}"
+        return None if bool(got) == expected else f"answered {bool(got)}, expected {expected}{hint}"
+
+    return check_function("same_function", fn, _same_reference, [c for c, _ in pairs], compare=compare)
+
+
 def _gains_reference(rungs):
     loss = {r["name"]: r["val_loss"] for r in rungs}
     return {r["name"]: (loss[r["parent"]] - r["val_loss"], (loss[r["parent"]] - r["val_loss"]) / math.log(2))
@@ -295,4 +379,5 @@ def check_logit_lens(fn) -> CheckResult:
 
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
              "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy,
-             "ladder_gains": check_ladder_gains, "logit_lens": check_logit_lens}
+             "same_function": check_same_function, "ladder_gains": check_ladder_gains,
+             "logit_lens": check_logit_lens}
