@@ -2,6 +2,7 @@
 message naming the difference, correct answers written another way pass; the parameter-count formula equals both
 models' counts."""
 
+import copy
 import itertools
 import math
 
@@ -53,6 +54,11 @@ def ladder_gains(rungs):
 
 def logit_lens(x, ln_weight, ln_bias, emb):
     return F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps=1e-5) @ emb.T
+
+
+def checkpoint(state):
+    return {k: state[k].clone() if isinstance(state[k], torch.Tensor) else state[k]
+            for k in ("params", "velocity", "step", "rng")}
 
 
 # ---------------------------------------------------------------- count_params
@@ -412,6 +418,41 @@ def _lens_untransposed(x, ln_weight, ln_bias, emb):
     return F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps=1e-5) @ emb
 
 
+# ---------------------------------------------------------------- checkpoint
+def _checkpoint_everything(state):
+    return copy.deepcopy(state)
+
+
+def _checkpoint_loop(state):
+    saved = {}
+    for name in ("params", "velocity", "rng"):
+        saved[name] = torch.empty_like(state[name]).copy_(state[name])
+    saved["step"] = int(state["step"])
+    return saved
+
+
+def _checkpoint_without(*left_out):
+    def answer(state):
+        return {k: v for k, v in checkpoint(state).items() if k not in left_out}
+    return answer
+
+
+def _checkpoint_aliased(state):  # the loop's own tensors, which the next steps update in place
+    return dict(state)
+
+
+def _checkpoint_as_list(state):
+    return list(checkpoint(state).values())
+
+
+def _checkpoint_renamed(state):
+    return {"weights" if k == "params" else k: v for k, v in checkpoint(state).items()}
+
+
+def _checkpoint_params_as_list(state):
+    return dict(checkpoint(state), params=state["params"].tolist())
+
+
 CATALOGUE = {
     "count_params": {
         "wrong": [
@@ -507,17 +548,31 @@ CATALOGUE = {
         ],
         "right": [_lens_by_hand, _lens_einsum],
     },
+    "checkpoint": {
+        "wrong": [
+            (_checkpoint_without("velocity"), ["on case 1", "misses ['velocity']", "momentum buffer"]),
+            (_checkpoint_without("step"), ["misses ['step']", "warm-up learning rate", "step 0"]),
+            (_checkpoint_without("rng"), ["misses ['rng']", "generator's state", "batches and dropout masks"]),
+            (_checkpoint_without("params"), ["misses ['params']", "initial weights"]),
+            (_checkpoint_without("velocity", "rng"), ["misses ['velocity', 'rng']", "momentum", "generator"]),
+            (_checkpoint_aliased, ["checkpoint['params'] changed after checkpoint returned", ".clone()"]),
+            (_checkpoint_as_list, ["should be a dict", "got list"]),
+            (_checkpoint_renamed, ["entries ['weights'] the loop state does not"]),
+            (_checkpoint_params_as_list, ["checkpoint['params'] should be a tensor, got list"]),
+        ],
+        "right": [_checkpoint_everything, _checkpoint_loop],
+    },
 }
 
 
 def test_registry():
     assert registry(8) == ch8.EXERCISES
     assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy",
-                                  "same_function", "ladder_gains", "logit_lens"}
+                                  "same_function", "ladder_gains", "logit_lens", "checkpoint"}
 
 
 @pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy, same_function,
-                                ladder_gains, logit_lens])
+                                ladder_gains, logit_lens, checkpoint])
 def test_solutions_pass(fn):
     result = ch8.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -585,3 +640,13 @@ def test_same_function_leaves_the_global_generator_alone():
     torch.manual_seed(5)
     ch8.check_same_function(same_function)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_checkpoint_checker_resumes_exactly_from_the_full_state():
+    """The checker's loop is deterministic given its state: resuming from a copy of everything reproduces the
+    uninterrupted run bit for bit, and a fresh run (nothing restored) does not."""
+    case = ch8._loop_cases(ch8.generator(3))[0]
+    assert torch.equal(ch8._loop_steps(case["cfg"], *ch8._loop_resume(case["cfg"], case["snapshot"]), 4)[-1][0],
+                       case["expected"][-1][0])
+    assert not torch.equal(ch8._loop_steps(case["cfg"], *ch8._loop_resume(case["cfg"], {}), 4)[-1][0],
+                           case["expected"][-1][0])

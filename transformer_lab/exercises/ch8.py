@@ -1,6 +1,7 @@
 """Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
 key/value cache, measure how spread a head's attention is, decide from their logits whether two implementations
-compute the same function, read what each rung of the ladder adds, read a residual stream through the logit lens.
+compute the same function, read what each rung of the ladder adds, read a residual stream through the logit lens,
+save what a training loop needs to resume exactly.
 
 Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 :class:`~transformer_lab.exercises.CheckResult` saying what differs.
@@ -24,8 +25,8 @@ from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.norm import layer_norm
 from transformer_lab.reference import ReferenceGPT
 
-__all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_count_params",
-           "check_ladder_gains", "check_lm_windows", "check_logit_lens", "check_same_function"]
+__all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_checkpoint",
+           "check_count_params", "check_ladder_gains", "check_lm_windows", "check_logit_lens", "check_same_function"]
 
 
 def _count_reference(vocab_size, block_size, n_layer, d_model):
@@ -377,7 +378,118 @@ def check_logit_lens(fn) -> CheckResult:
     return check_function("logit_lens", fn, _lens_reference, cases, compare=compare)
 
 
+RESUME_NEEDS = {  # what the loop's future depends on, and the hint when a checkpoint leaves it out
+    "params": "the parameters themselves: without them the resumed run starts again from the initial weights",
+    "velocity": "the momentum buffer v: it carries the past gradients into every later step; restarting it at "
+                "zero changes the steps after the resume",
+    "step": "the step count s: the warm-up learning rate η(s) depends on it, and without it the schedule starts "
+            "again at step 0",
+    "rng": "the random generator's state: without it the resumed run draws again the batches and dropout masks "
+           "of the run's beginning (a fresh generator seeded with the run's seed)",
+}
+RESUME_STEPS = (6, 4)  # steps before the interruption, steps after it
+
+
+def _loop_fresh(cfg: dict) -> tuple[dict, torch.Generator]:
+    """A fresh run's state and generator: the initial weights are the first draw from ``seed``'s generator."""
+    gen = torch.Generator().manual_seed(cfg["seed"])
+    params = 0.5 * torch.randn(cfg["X"].shape[1], generator=gen, dtype=torch.float64)
+    return {"params": params, "velocity": torch.zeros_like(params), "step": 0, "rng": gen.get_state(),
+            "loss": float("nan"), "seed": cfg["seed"]}, gen
+
+
+def _loop_steps(cfg: dict, state: dict, gen: torch.Generator, n: int) -> list[tuple[torch.Tensor, float]]:
+    """``n`` steps of SGD with momentum on a least-squares loss, updating ``state`` in place as an optimizer does:
+    a random minibatch and dropout mask from ``gen``, learning rate lr · min(1, (s + 1)/warmup), v ← μv + g,
+    w ← w − η(s) v. Returns the weights (a copy) and the loss after each step."""
+    X, y, w, v = cfg["X"], cfg["y"], state["params"], state["velocity"]
+    out = []
+    for _ in range(n):
+        s = state["step"]
+        idx = torch.randint(0, len(X), (cfg["batch"],), generator=gen)
+        keep = (torch.rand(X.shape[1], generator=gen, dtype=torch.float64) >= cfg["drop"]) / (1 - cfg["drop"])
+        xb = X[idx] * keep  # (B, d): inputs with dropped features
+        r = xb @ w - y[idx]  # (B,)
+        v.mul_(cfg["momentum"]).add_(2 * xb.T @ r / cfg["batch"])
+        w.sub_(cfg["lr"] * min(1.0, (s + 1) / cfg["warmup"]) * v)
+        state["step"], state["loss"] = s + 1, float((r**2).mean())
+        out.append((w.clone(), state["loss"]))
+    state["rng"] = gen.get_state()
+    return out
+
+
+def _loop_resume(cfg: dict, saved: dict) -> tuple[dict, torch.Generator]:
+    """A new process's state: a fresh run's, with every entry of ``saved`` put in its place."""
+    state, gen = _loop_fresh(cfg)
+    for k, value in saved.items():
+        state[k] = value.clone() if isinstance(value, torch.Tensor) else value
+    gen.set_state(state["rng"])
+    return state, gen
+
+
+def _loop_cases(gen) -> list[dict]:
+    cases = []
+    for n, d in ((12, 3), (20, 5), (9, 2)):
+        X = randn(gen, n, d)
+        cfg = dict(X=X, y=X @ randn(gen, d) + 0.1 * randn(gen, n), seed=int(torch.randint(0, 2**31, (1,),
+                   generator=gen)), batch=4, drop=0.25, lr=0.05, momentum=0.9, warmup=2 * sum(RESUME_STEPS))
+        state, g = _loop_fresh(cfg)
+        _loop_steps(cfg, state, g, RESUME_STEPS[0])
+        snapshot = copy.deepcopy(state)
+        cases.append(dict(cfg=cfg, state=state, gen=g, snapshot=snapshot,
+                          expected=_loop_steps(cfg, *_loop_resume(cfg, snapshot), RESUME_STEPS[1])))
+    return cases
+
+
+def _resume_difference(got, case) -> str | None:
+    """Continue the interrupted run in place (as the loop does after saving), resume a new run from ``got``, and
+    compare the two continuations exactly; a sentence naming what the checkpoint lacks when they differ."""
+    if not isinstance(got, dict):
+        return f"the checkpoint should be a dict {{name: value}} of the loop state's entries, got {type(got).__name__}"
+    unknown = sorted(str(k) for k in got if k not in case["snapshot"])
+    if unknown:
+        return f"the checkpoint has entries {unknown} the loop state does not; use its names {sorted(RESUME_NEEDS)}"
+    for k in ("params", "velocity", "rng"):
+        if k in got and not isinstance(got[k], torch.Tensor):
+            return f"checkpoint[{k!r}] should be a tensor, got {type(got[k]).__name__}"
+    _loop_steps(case["cfg"], case["state"], case["gen"], RESUME_STEPS[1])  # the run goes on after the save
+    try:
+        resumed = _loop_steps(case["cfg"], *_loop_resume(case["cfg"], got), RESUME_STEPS[1])
+    except (RuntimeError, TypeError, ValueError) as exc:
+        return f"the run could not resume from the checkpoint: {type(exc).__name__}: {exc}"
+    if all(torch.equal(w, e) and loss == f for (w, loss), (e, f) in zip(resumed, case["expected"], strict=True)):
+        return None
+    s = next(i for i, ((w, _), (e, _)) in enumerate(zip(resumed, case["expected"], strict=True))
+             if not torch.equal(w, e))
+    msg = describe_difference(resumed[s][0], case["expected"][s][0], atol=0, rtol=0,
+                              what=f"the resumed run's w ({s + 1} step(s) after the resume)")
+    missing = [k for k in RESUME_NEEDS if k not in got]
+    if missing:
+        return f"{msg}; the checkpoint misses {missing}; hint: " + "; ".join(RESUME_NEEDS[k] for k in missing)
+    for k in ("params", "velocity"):
+        if not torch.equal(got[k], case["snapshot"][k]):
+            if torch.equal(got[k], case["state"][k]):
+                return (f"{msg}; checkpoint[{k!r}] changed after checkpoint returned; hint: it is the loop's own "
+                        f"tensor, which the next steps update in place: save a copy (.clone())")
+            return f"{msg}; checkpoint[{k!r}] is not the loop's {k} at the interruption"
+    return f"{msg}; the saved entries differ from the loop's state at the interruption"
+
+
+def check_checkpoint(fn) -> CheckResult:
+    """``checkpoint(state) -> dict``: what to save from the state of a training loop (SGD with momentum, a warm-up
+    learning rate, minibatches and dropout drawn from a generator) so that a run resumed from it continues exactly,
+    weight for weight, as the run that never stopped; an entry left out is re-initialised as a fresh run's."""
+    cases = _loop_cases(generator(14))
+    in_order = iter(cases)
+
+    def reference(state):  # the case itself: the comparison runs both continuations
+        return next(in_order)
+
+    return check_function("checkpoint", fn, reference, [dict(state=c["state"]) for c in cases],
+                          compare=_resume_difference)
+
+
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
              "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy,
              "same_function": check_same_function, "ladder_gains": check_ladder_gains,
-             "logit_lens": check_logit_lens}
+             "logit_lens": check_logit_lens, "checkpoint": check_checkpoint}
