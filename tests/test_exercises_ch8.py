@@ -453,6 +453,55 @@ def _checkpoint_params_as_list(state):
     return dict(checkpoint(state), params=state["params"].tolist())
 
 
+
+# ---------------------------------------------------------------- ngram_place
+def ngram_place(loss, baselines):
+    bits = loss / math.log(2)
+    beaten = max((n for n, b in baselines.items() if bits < b), default=0)
+    return beaten, (bits - baselines[beaten + 1] if beaten + 1 in baselines else None)
+
+
+def _place_loop(loss, baselines):  # walk the orders upwards until one is not beaten
+    bits, order = loss * math.log2(math.e), 0
+    for n in sorted(baselines):
+        if bits >= baselines[n]:
+            return order, bits - baselines[n]
+        order = n
+    return order, None
+
+
+def _place_nats(loss, baselines):  # the loss left in nats
+    beaten = max((n for n, b in baselines.items() if loss < b), default=0)
+    return beaten, (loss - baselines[beaten + 1] if beaten + 1 in baselines else None)
+
+
+def _place_times_ln2(loss, baselines):
+    return ngram_place(loss * math.log(2) ** 2, baselines)
+
+
+def _place_log10(loss, baselines):
+    return ngram_place(loss / math.log(10) * math.log(2), baselines)
+
+
+def _place_first_unbeaten(loss, baselines):
+    order, gap = ngram_place(loss, baselines)
+    return order + 1, gap
+
+
+def _place_gap_reversed(loss, baselines):
+    order, gap = ngram_place(loss, baselines)
+    return order, None if gap is None else -gap
+
+
+def _place_gap_in_nats(loss, baselines):
+    order, gap = ngram_place(loss, baselines)
+    return order, None if gap is None else gap * math.log(2)
+
+
+def _place_float_order(loss, baselines):
+    order, gap = ngram_place(loss, baselines)
+    return float(order), gap
+
 CATALOGUE = {
     "count_params": {
         "wrong": [
@@ -562,17 +611,29 @@ CATALOGUE = {
         ],
         "right": [_checkpoint_everything, _checkpoint_loop],
     },
+    "ngram_place": {
+        "wrong": [
+            (_place_nats, ["on case", "divide the loss by ln 2"]),
+            (_place_times_ln2, ["not nats · ln 2"]),
+            (_place_log10, ["not by ln 10"]),
+            (_place_first_unbeaten, ["order is 1, expected 0", "largest n whose baseline the model beats"]),
+            (_place_gap_reversed, ["gap", "a positive number"]),
+            (_place_gap_in_nats, ["gap", "in bits per character"]),
+            (_place_float_order, ["order must be an int, got float"]),
+        ],
+        "right": [ngram_place, _place_loop],
+    },
 }
 
 
 def test_registry():
     assert registry(8) == ch8.EXERCISES
     assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy",
-                                  "same_function", "ladder_gains", "logit_lens", "checkpoint"}
+                                  "same_function", "ladder_gains", "logit_lens", "checkpoint", "ngram_place"}
 
 
 @pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy, same_function,
-                                ladder_gains, logit_lens, checkpoint])
+                                ladder_gains, logit_lens, checkpoint, ngram_place])
 def test_solutions_pass(fn):
     result = ch8.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message

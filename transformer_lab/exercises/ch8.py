@@ -1,7 +1,7 @@
 """Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
 key/value cache, measure how spread a head's attention is, decide from their logits whether two implementations
 compute the same function, read what each rung of the ladder adds, read a residual stream through the logit lens,
-save what a training loop needs to resume exactly.
+save what a training loop needs to resume exactly, place a model's loss among the n-gram baselines.
 
 Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 :class:`~transformer_lab.exercises.CheckResult` saying what differs.
@@ -26,7 +26,8 @@ from transformer_lab.norm import layer_norm
 from transformer_lab.reference import ReferenceGPT
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_checkpoint",
-           "check_count_params", "check_ladder_gains", "check_lm_windows", "check_logit_lens", "check_same_function"]
+           "check_count_params", "check_ladder_gains", "check_lm_windows", "check_logit_lens", "check_ngram_place",
+           "check_same_function"]
 
 
 def _count_reference(vocab_size, block_size, n_layer, d_model):
@@ -489,7 +490,83 @@ def check_checkpoint(fn) -> CheckResult:
                           compare=_resume_difference)
 
 
+
+# ---------------------------------------------------------------- ngram_place
+_BITS = math.log(2)  # nats per bit
+
+
+def _place_reference(loss, baselines):
+    bits = loss / _BITS  # the model's loss in bits per character
+    beaten = max((n for n, b in baselines.items() if bits < b), default=0)
+    return beaten, (bits - baselines[beaten + 1] if beaten + 1 in baselines else None)
+
+
+def _place_cases():
+    """Held-out n-gram baselines in bits per character, each order below the last, and model losses in nats:
+    above every baseline, between two, below every one."""
+    gen = generator(15)
+    cases = []
+    for loss_at in (0.2, 1.5, 2.5, 3.5, 4.9, 5.5):  # where the loss falls: between orders int(loss_at) and + 1
+        steps = (torch.rand(4, generator=gen, dtype=torch.float64) * 0.6 + 0.3).tolist()
+        bits = [4.0 + float(torch.rand((), generator=gen, dtype=torch.float64)) * 0.6]
+        for step in steps:
+            bits.append(bits[-1] - step)
+        baselines = {n: round(b, 4) for n, b in enumerate(bits, start=1)}
+        lo = int(loss_at)  # below baseline lo (if any), above baseline lo + 1 (if any)
+        upper = baselines.get(lo, bits[0] + 0.5)
+        lower = baselines.get(lo + 1, bits[-1] - 0.4)
+        cases.append(dict(loss=round((lower + (upper - lower) * (loss_at - lo)) * _BITS, 4), baselines=baselines))
+    return cases
+
+
+_PLACE_SLIPS = [
+    (lambda loss, baselines: _place_reference(loss * _BITS, baselines),
+     "the loss is in nats and the baselines in bits: divide the loss by ln 2 (compare like with like)"),
+    (lambda loss, baselines: _place_reference(loss * _BITS * _BITS, baselines),
+     "bits = nats / ln 2, not nats · ln 2"),
+    (lambda loss, baselines: _place_reference(loss / math.log(10) * _BITS, baselines),
+     "bits are log base 2: divide nats by ln 2, not by ln 10"),
+    (lambda loss, baselines: (lambda b, g: (b + 1, g))(*_place_reference(loss, baselines)),
+     "the order to return is the largest n whose baseline the model beats, not the first one it does not beat"),
+    (lambda loss, baselines: (lambda b, g: (b, None if g is None else -g))(*_place_reference(loss, baselines)),
+     "the gap is the model's loss minus the next baseline (what it must still lose), a positive number"),
+    (lambda loss, baselines: (lambda b, g: (b, None if g is None else g * _BITS))(*_place_reference(loss, baselines)),
+     "the gap is asked in bits per character, like the baselines"),
+]
+
+
+def _place_compare(got, expected):
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        return f"the answer should be a pair (order, gap), got {type(got).__name__} {got!r}"
+    order, gap = got
+    if isinstance(order, bool) or not isinstance(order, int | np.integer):
+        return f"order must be an int, got {type(order).__name__} {order!r}"
+    if int(order) != expected[0]:
+        return f"order is {int(order)}, expected {expected[0]}"
+    if expected[1] is None or gap is None:
+        return None if gap is expected[1] else f"gap is {gap!r}, expected {expected[1]!r}"
+    return describe_difference(float(gap), expected[1], atol=1e-9, rtol=1e-9, what="gap")
+
+
+def check_ngram_place(fn) -> CheckResult:
+    """``ngram_place(loss, baselines) -> (order, gap)``: a model's loss (nats per character) against held-out n-gram
+    baselines ``{n: bits per character}``: the largest order n it beats (0 if none), and how many bits per
+    character it still must lose to beat order n + 1 (None when it beats every order)."""
+    cases = _place_cases()
+    result = check_function("ngram_place", fn, _place_reference, cases, compare=_place_compare)
+    if result.passed or not callable(fn):
+        return result
+    for slip, hint in _PLACE_SLIPS:
+        try:
+            same = all(_place_compare(fn(**case), slip(**case)) is None for case in cases)
+        except Exception:  # the answer raises somewhere: no hint to give
+            same = False
+        if same:
+            return CheckResult("ngram_place", False, f"{result.message}; hint: {hint}")
+    return result
+
+
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
              "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy,
              "same_function": check_same_function, "ladder_gains": check_ladder_gains,
-             "logit_lens": check_logit_lens, "checkpoint": check_checkpoint}
+             "logit_lens": check_logit_lens, "checkpoint": check_checkpoint, "ngram_place": check_ngram_place}
