@@ -32,7 +32,7 @@ def encode(x: Any, callbacks: list[Callable] | None = None) -> Any:
     """``x`` as something ``torch.load(weights_only=True)`` reads back; functions are registered in
     ``callbacks`` (and sent as their index) when given, else refused."""
     if isinstance(x, torch.Tensor):
-        graph = tuple(sorted(_graph_names(x))) if x.grad_fn is not None else ()
+        graph = tuple(sorted(graph_names(x))) if x.grad_fn is not None else ()
         return (_TAG + "tensor", x.detach().clone().contiguous(), bool(x.requires_grad), graph)
     if isinstance(x, np.ndarray):
         if x.dtype == object or x.dtype.kind not in "biufc":
@@ -89,7 +89,8 @@ def decode(x: Any, callback: Callable[[int], Callable] | None = None) -> Any:
     raise ValueError(f"unreadable value in a message (kind {kind!r})")
 
 
-def _graph_names(t: torch.Tensor) -> set[str]:
+def graph_names(t: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes that produced ``t`` (``type(node).__name__``, e.g. ``MmBackward0``)."""
     seen, todo, names = set(), [t.grad_fn], set()
     while todo:
         node = todo.pop()
