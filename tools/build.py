@@ -1,6 +1,7 @@
 """Build the book with warnings as errors, and say clearly what failed.
 
-    python tools/build.py                         # the whole book into _build/html (what `make book` runs)
+    python tools/build.py                         # the whole book into _build/html, in Chinese into _build/html/zh
+                                                  # (what `make book` runs)
     python tools/build.py chapters/03-optimization.md [...]
     python tools/build.py --edition student       # the student edition into _build/student/_build/html
 
@@ -19,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import i18n  # tools/i18n.py, beside this script
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,8 +95,8 @@ def main(pages: list[str]) -> int:
         os.environ["TL_EDITION"] = "student"  # read by tools/edition.py in the Sphinx run
         out = ROOT / "_build" / "student"
         return run(ROOT, ["--path-output", str(out)], out / "_build" / "html")
-    if not pages:
-        return run(ROOT, [], ROOT / "_build" / "html")
+    if not pages:  # the English site, then the Chinese one beside it (tools/i18n.py)
+        return run(ROOT, [], ROOT / "_build" / "html") or i18n.build([], run)
     targets = [Path(p).resolve().relative_to(ROOT).as_posix() for p in pages]
     for t in targets:
         if not (ROOT / t).is_file():
@@ -108,6 +110,7 @@ def main(pages: list[str]) -> int:
         if p.relative_to(ROOT).as_posix() not in targets]
     config["execute"]["cache"] = str(out / ".jupyter_cache")
     config["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in config["sphinx"]["local_extensions"].items()}
+    config["sphinx"]["config"]["tl_language_switch"] = False  # no Chinese twin of a single-page build
     (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
     return run(ROOT, ["--config", str(out / "_config.yml"), "--path-output", str(out)], out / "_build" / "html")
 

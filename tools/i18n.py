@@ -1,0 +1,295 @@
+"""The Chinese edition: Sphinx's gettext workflow on the book's own sources.
+
+    python tools/i18n.py update     # after an English edit: new message templates, then `sphinx-intl update`
+    python tools/i18n.py stats      # the share of translated messages, page by page
+    python tools/i18n.py todo chapters/01-linear-algebra > todo.json     # a page's untranslated messages
+    python tools/i18n.py fill chapters/01-linear-algebra done.json       # {English: Chinese} into its catalogue
+    python tools/i18n.py check [PAGE ...]   # what a translation must keep (math, code, targets, numbers, terms)
+
+Every paragraph, heading, list item, caption and exercise statement of a page is one message; its translation lives
+in ``locales/zh_CN/LC_MESSAGES/<page>.po`` (one catalogue per page). Code, outputs and figures are shared: the
+Chinese site is built from the same sources and the same execution cache as the English one, with
+``language: zh_CN``, and ends up in ``_build/html/zh`` (``tools/build.py`` calls :func:`build` after the English
+build). A message whose English changed comes back from ``sphinx-intl update`` marked fuzzy (its old translation
+kept as a hint); until it is translated again the page shows the English sentence, and ``tests/test_translation.py``
+fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+LANGUAGE = "zh_CN"
+CATALOGUES = ROOT / "locales" / LANGUAGE / "LC_MESSAGES"
+POT_BUILD = ROOT / "_build" / "i18n"              # the gettext build (its own parsed pages: Sphinx keeps them apart)
+TEMPLATES = POT_BUILD / "_build" / "gettext"      # the .pot files: one per page, from the current sources
+GLOSSARY = ROOT / "locales" / LANGUAGE / "glossary.tsv"   # the book's terms: English, Chinese, enforced or not
+OUT = ROOT / "_build" / "zh"                      # Jupyter Book's output folder for the Chinese build
+SEARCH_WORDS = OUT / "search-words.txt"          # jieba's user dictionary (the glossary's terms), for search
+SITE = ROOT / "_build" / "html" / "zh"            # where the Chinese site is served, beside the English one
+
+
+# ------------------------------------------------------------------ what a translation must keep
+MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$", re.S)
+ROLE = re.compile(r"\{([\w:-]+)\}`([^`]*)`")
+CODE = re.compile(r"``?[^`]+?``?")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+SUBSTITUTION = re.compile(r"\{\{\s*\w+\s*\}\}")
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def _target(role: str, body: str) -> tuple[str, str]:
+    """A role's target: ``{ref}`text <target>``` and ``{ref}`target``` both name ``target``."""
+    inner = re.search(r"<([^<>]+)>\s*$", body)
+    return role, (inner.group(1) if inner else body).strip()
+
+
+def parts(text: str) -> dict[str, list]:
+    """What a translation copies unchanged: math, role targets, inline code, link targets, substitutions; and the
+    numbers of the prose outside them (thousands separators dropped)."""
+    math = MATH.findall(text)
+    rest = MATH.sub(" ", text)
+    roles = [_target(*r) for r in ROLE.findall(rest)]
+    rest = ROLE.sub(" ", rest)
+    code = CODE.findall(rest)
+    rest = CODE.sub(" ", rest)
+    links = LINK.findall(rest)
+    rest = LINK.sub(" ", rest)
+    subs = SUBSTITUTION.findall(rest)
+    rest = SUBSTITUTION.sub(" ", rest)
+    numbers = [n.replace(",", "") for n in NUMBER.findall(rest)]
+    return {"math": sorted(math), "roles": sorted(roles), "code": sorted(code), "links": sorted(links),
+            "substitutions": sorted(subs), "numbers": numbers, "prose": rest}
+
+
+def nothing_to_translate(text: str) -> bool:
+    """True for a message a translation copies whole: math or code alone, or text that is already Chinese (the
+    seed's quotations)."""
+    prose = parts(text)["prose"]
+    letters = len(re.findall(r"[A-Za-z]", prose))
+    return not re.search(r"[A-Za-z]{2,}", prose) or len(CJK.findall(prose)) > max(letters, 8)
+
+
+def glossary() -> list[tuple[str, str, bool]]:
+    """(English term, Chinese term, enforced) from ``glossary.tsv``; an enforced term's English in a message (a
+    whole word, plural allowed) requires its Chinese in the translation."""
+    rows = []
+    for line in GLOSSARY.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            en, zh, rule = [*line.split("\t"), ""][:3]
+            rows.append((en.strip(), zh.strip(), rule.strip() == "enforced"))
+    return rows
+
+
+def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None = None) -> list[str]:
+    """What is wrong with one translation: untranslated, or a math, code, target, link or number of the English
+    lost or changed, or an enforced term not rendered as the glossary says."""
+    if not msgstr:
+        return ["not translated"]
+    if msgstr == msgid and not nothing_to_translate(msgid):
+        return ["the English copied, not translated"]
+    src, dst = parts(msgid), parts(msgstr)
+    out = [f"{k}: the English has {src[k]}, the translation {dst[k]}"
+           for k in ("math", "roles", "code", "links", "substitutions") if src[k] != dst[k]]
+    lost = [n for n in set(src["numbers"]) if src["numbers"].count(n) > dst["numbers"].count(n)]
+    if lost:
+        out.append(f"numbers of the English missing from the translation: {sorted(lost)}")
+    for en, zh, enforced in terms if terms is not None else glossary():
+        if enforced and re.search(rf"\b{re.escape(en)}(?:s|es)?\b", src["prose"], re.I) and zh not in msgstr:
+            out.append(f"the term “{en}” is rendered “{zh}” in this book (locales/zh_CN/glossary.tsv)")
+    return out
+
+
+def catalogue(page: str):
+    from babel.messages.pofile import read_po
+
+    with (CATALOGUES / f"{page}.po").open("rb") as f:
+        return read_po(f)
+
+
+def save(page: str, cat) -> None:
+    from babel.messages.pofile import write_po
+
+    with (CATALOGUES / f"{page}.po").open("wb") as f:
+        write_po(f, cat, width=76)
+
+
+def prefill() -> None:
+    """Copy into every catalogue the messages with nothing to translate (math, code, Chinese quotations)."""
+    for po in sorted(CATALOGUES.rglob("*.po")):
+        page = po.relative_to(CATALOGUES).with_suffix("").as_posix()
+        cat, changed = catalogue(page), False
+        for m in cat:
+            if m.id and not m.string and nothing_to_translate(m.id):
+                m.string, changed = m.id, True
+        if changed:
+            save(page, cat)
+
+
+def todo(page: str) -> int:
+    """Print a page's messages that need a translation (missing or fuzzy) as JSON: {English: old translation}."""
+    cat = catalogue(page)
+    print(json.dumps({m.id: (m.string if m.fuzzy else "") for m in cat if m.id and (not m.string or m.fuzzy)},
+                     ensure_ascii=False, indent=1))
+    return 0
+
+
+def fill(page: str, path: str) -> int:
+    """Write the translations of a JSON file {English: Chinese} into a page's catalogue, then check the page."""
+    given = json.loads(Path(path).read_text())
+    cat, unknown = catalogue(page), []
+    for en, zh in given.items():
+        m = cat.get(en)
+        if m is None:
+            unknown.append(en)
+            continue
+        m.string = zh
+        m.flags.discard("fuzzy")
+    save(page, cat)
+    for en in unknown:
+        print(f"not a message of {page} (copy the English exactly, from `todo`): {en[:80]!r}", file=sys.stderr)
+    return check([page]) or (1 if unknown else 0)
+
+
+def check(pages: list[str]) -> int:
+    """Print every problem of the pages' translations (all pages when none are named); 1 if there are any."""
+    terms, bad = glossary(), 0
+    names = pages or sorted(p.relative_to(CATALOGUES).with_suffix("").as_posix() for p in CATALOGUES.rglob("*.po"))
+    for page in names:
+        for m in catalogue(page):
+            if not m.id:
+                continue
+            found = (["fuzzy: the English changed"] if m.fuzzy else []) + problems(m.id, m.string, terms)
+            for p in found:
+                bad += 1
+                print(f"{page}: {m.id[:70]!r}: {p}")
+    print(f"{bad} problem(s) in {len(names)} page(s)")
+    return 1 if bad else 0
+
+
+# ------------------------------------------------------------------ building
+def extract() -> int:
+    """Write the message templates ``_build/i18n/_build/gettext/<page>.pot`` (Sphinx's gettext builder, reading
+    outputs from the execution cache: nothing is executed)."""
+    proc = subprocess.run([str(BIN / "jupyter-book"), "build", str(ROOT), "--builder", "custom", "--custom-builder",
+                           "gettext", "--path-output", str(POT_BUILD)], cwd=ROOT, capture_output=True, text=True)
+    (POT_BUILD / "build.log").write_text(proc.stdout + proc.stderr)
+    return proc.returncode
+
+
+def update() -> int:
+    """Bring every catalogue in line with the current sources: new messages added empty, changed ones fuzzy."""
+    if extract():
+        print(f"the gettext build failed: see {POT_BUILD / 'build.log'}", file=sys.stderr)
+        return 1
+    status = subprocess.run([str(BIN / "sphinx-intl"), "update", "-p", str(TEMPLATES), "-l", LANGUAGE,
+                             "-d", str(ROOT / "locales")], cwd=ROOT).returncode
+    prefill()
+    return status
+
+
+@dataclass
+class PageStats:
+    page: str
+    total: int
+    translated: int
+    fuzzy: list[str]
+    missing: list[str]
+
+    @property
+    def share(self) -> float:
+        return self.translated / self.total if self.total else 1.0
+
+
+def stats(templates: Path = TEMPLATES, catalogues: Path = CATALOGUES) -> list[PageStats]:
+    """For each page's template: how many of its messages the page's catalogue translates (not fuzzy, not empty),
+    and which are fuzzy or missing."""
+    from babel.messages.pofile import read_po
+
+    out = []
+    for pot in sorted(templates.rglob("*.pot")):
+        page = pot.relative_to(templates).with_suffix("").as_posix()
+        with pot.open("rb") as f:
+            wanted = [m.id for m in read_po(f) if m.id]
+        po = catalogues / f"{page}.po"
+        done: dict[str, object] = {}
+        if po.exists():
+            with po.open("rb") as f:
+                done = {m.id: m for m in read_po(f) if m.id}
+        fuzzy = [i for i in wanted if i in done and done[i].string and done[i].fuzzy]
+        missing = [i for i in wanted if i not in done or not done[i].string]
+        out.append(PageStats(page, len(wanted), len(wanted) - len(fuzzy) - len(missing), fuzzy, missing))
+    return out
+
+
+def print_stats() -> int:
+    rows = stats()
+    if not rows:
+        print(f"no message templates in {TEMPLATES}: run `make book` first", file=sys.stderr)
+        return 1
+    for s in rows:
+        print(f"{s.page:36s} {s.translated:4d} / {s.total:4d} translated ({s.share:6.1%}), "
+              f"{len(s.fuzzy)} fuzzy, {len(s.missing)} missing")
+    total, done = sum(s.total for s in rows), sum(s.translated for s in rows)
+    print(f"{'all pages':36s} {done:4d} / {total:4d} translated ({done / total:6.1%})")
+    return 0
+
+
+def config(source: Path = ROOT / "_config.yml") -> dict:
+    """The English configuration with the Chinese language, its search dictionary, and the main execution cache
+    (so no page runs again)."""
+    c = yaml.safe_load(source.read_text())
+    c["sphinx"]["config"].update(language=LANGUAGE, html_search_options={"dict": str(SEARCH_WORDS)})
+    c["execute"]["cache"] = str(ROOT / c["execute"]["cache"])
+    c["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in c["sphinx"]["local_extensions"].items()}
+    return c
+
+
+def build(jb_args: list[str], run) -> int:
+    """Build the Chinese site with ``run(root, args, html_dir)`` (``tools/build.py``'s runner) into
+    ``_build/zh`` and copy it to ``_build/html/zh``; also refresh the message templates the translation tests read."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    SEARCH_WORDS.write_text("".join(f"{zh} 1000 n\n" for _, zh, _ in glossary() if " " not in zh))
+    (OUT / "_config.yml").write_text(yaml.safe_dump(config(), allow_unicode=True, sort_keys=False))
+    status = run(ROOT, [*jb_args, "--config", str(OUT / "_config.yml"), "--path-output", str(OUT)],
+                 OUT / "_build" / "html")
+    if status == 0:
+        shutil.rmtree(SITE, ignore_errors=True)
+        shutil.copytree(OUT / "_build" / "html", SITE)
+    if extract():
+        print(f"the gettext build (message templates for tests/test_translation.py) failed: see "
+              f"{POT_BUILD / 'build.log'}", file=sys.stderr)
+        return status or 1
+    return status
+
+
+def main(args: list[str]) -> int:
+    usage = __doc__.split("\n\n")[0]
+    match args:
+        case ["update"]:
+            return update()
+        case ["stats"]:
+            return print_stats()
+        case ["todo", page]:
+            return todo(page)
+        case ["fill", page, path]:
+            return fill(page, path)
+        case ["check", *pages]:
+            return check(pages)
+    print(usage, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
