@@ -159,16 +159,19 @@ def fill(page: str, path: str) -> int:
     save(page, cat)
     for en in unknown:
         print(f"not a message of {page} (copy the English exactly, from `todo`): {en[:80]!r}", file=sys.stderr)
-    return check([page]) or (1 if unknown else 0)
+    left = sum(1 for m in cat if m.id and (not m.string or m.fuzzy))
+    print(f"{len(given) - len(unknown)} translation(s) written to {page}; {left} message(s) of it still to translate")
+    return check([page], only=set(given)) or (1 if unknown else 0)
 
 
-def check(pages: list[str]) -> int:
-    """Print every problem of the pages' translations (all pages when none are named); 1 if there are any."""
+def check(pages: list[str], only: set[str] | None = None) -> int:
+    """Print every problem of the pages' translations (all pages when none are named; of the messages ``only``
+    when given); 1 if there are any."""
     terms, bad = glossary(), 0
     names = pages or sorted(p.relative_to(CATALOGUES).with_suffix("").as_posix() for p in CATALOGUES.rglob("*.po"))
     for page in names:
         for m in catalogue(page):
-            if not m.id:
+            if not m.id or (only is not None and m.id not in only):
                 continue
             found = (["fuzzy: the English changed"] if m.fuzzy else []) + problems(m.id, m.string, terms)
             for p in found:
