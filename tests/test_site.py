@@ -7,7 +7,8 @@ frame. Requests to any host but the local server are blocked and counted: the co
 As a reader uses it: the menu and outline buttons work at phone (390 px) and desktop (1280 px) widths, every chapter
 page with everything it loads weighs at most 3 MB, nothing in the article column is wider than the column (wide
 math scrolls in its own box), Chinese text is drawn with a CJK font, exercises show a neutral note on the static
-page, search snippets show no TeX source, bibliography labels match the citations.
+page, search snippets show no TeX source, bibliography labels match the citations, the prose shows no raw MyST
+markup. The Chinese edition (_build/html/zh) is tested with the same checks in test_site_zh.py.
 """
 
 import functools
@@ -98,9 +99,10 @@ def test_pages_were_built():
     assert len(PAGES) >= 4
 
 
-@pytest.mark.parametrize("path", PAGES)
-def test_page_loads_typesets_and_renders(page, server, path):
-    page.goto(f"{server}/{path}", wait_until="load")
+def check_page_renders(page, url):
+    """The page at ``url`` loads with no console error, MathJax typeset every equation without a TeX error, every
+    image and interactive figure renders (one frame each), no live widget view is left."""
+    page.goto(url, wait_until="load")
     n_math = page.locator(".math").count()
     if n_math:
         page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
@@ -116,15 +118,15 @@ def test_page_loads_typesets_and_renders(page, server, path):
     for fig in page.locator(".tl-fig").all():
         assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1, "a figure must show exactly one frame"
     assert page.locator("script[type='application/vnd.jupyter.widget-view+json']").count() == 0
-    assert not page.console_errors, f"console errors on {path}: {page.console_errors}"
+    assert not page.console_errors, f"console errors on {url}: {page.console_errors}"
 
 
-@pytest.mark.parametrize("path", PAGES)
-def test_static_sliders_change_the_frame(page, server, path):
-    page.goto(f"{server}/{path}", wait_until="load")
+def check_sliders_change_the_frame(page, url):
+    """Moving each slider of each interactive figure at ``url`` to its other end shows another frame and label."""
+    page.goto(url, wait_until="load")
     figures = page.locator(".tl-fig").all()
     if not figures:
-        pytest.skip(f"{path} has no interactive figure")
+        pytest.skip(f"{url} has no interactive figure")
     for fig in figures:
         for slider in fig.locator(".tl-fig-controls input[type=range]").all():
             label = slider.locator("xpath=..").locator("output")
@@ -136,9 +138,19 @@ def test_static_sliders_change_the_frame(page, server, path):
             assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1
             after_src = fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src")
             after_label = label.text_content()
-            assert after_src != before_src, f"moving a slider on {path} did not change the frame"
+            assert after_src != before_src, f"moving a slider on {url} did not change the frame"
             assert after_label != before_label
     assert not page.console_errors
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_page_loads_typesets_and_renders(page, server, path):
+    check_page_renders(page, f"{server}/{path}")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_static_sliders_change_the_frame(page, server, path):
+    check_sliders_change_the_frame(page, f"{server}/{path}")
 
 
 def _typeset(page):
@@ -271,6 +283,26 @@ def test_no_request_left_the_local_server():
     """Runs last in this module: every page above was loaded with off-host requests blocked and counted."""
     print(f"off-host requests: {len(OFF_HOST)}")
     assert OFF_HOST == [], f"{len(OFF_HOST)} off-host requests, e.g. {OFF_HOST[:5]}"
+
+
+RAW_MARKUP = re.compile(r"\{(?:ref|doc|numref|eq|term|cite(?::\w+)?|math|download)\}`"  # a role
+                        r"|\*\*\w|\w\*\*|```|(?<![\\\w])\$\S")  # bold stars, a fence, a dollar of math
+
+
+def raw_markup(html: str) -> list[str]:
+    """Bits of MyST source left in a page's prose (a role, bold stars, a fence, a dollar sign of math): what a
+    paragraph whose markup broke shows. Code, math, outputs and scripts are left out first."""
+    body = re.search(r'<article class="bd-article"[^>]*>(.*)</article>', html, re.S)
+    text = re.sub(r"<(script|style|pre|code|math)\b.*?</\1>|<(span|div) class=\"math[^\"]*\">.*?</\2>", " ",
+                  body.group(1) if body else html, flags=re.S)
+    text = re.sub(r'<div class="cell_output docutils container">.*?</div>\s*</div>', " ", text, flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", text)
+    return [text[max(0, m.start() - 40):m.end() + 40].strip() for m in RAW_MARKUP.finditer(text)]
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_prose_shows_no_raw_markup(path):
+    assert not (left := raw_markup((HTML / path).read_text(encoding="utf8"))), f"{path}: {left[:3]}"
 
 
 @pytest.mark.parametrize("page", PAGES)

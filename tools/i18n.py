@@ -55,10 +55,18 @@ def _target(role: str, body: str) -> tuple[str, str]:
     return role, (inner.group(1) if inner else body).strip()
 
 
+TEXT_IN_MATH = re.compile(r"\\text\{[^{}]*\}")
+
+
+def _math(tex: str) -> str:
+    """A formula as a translation must keep it: its ``\\text{...}`` labels may be translated."""
+    return TEXT_IN_MATH.sub(r"\\text{}", tex)
+
+
 def parts(text: str) -> dict[str, list]:
-    """What a translation copies unchanged: math, role targets, inline code, link targets, substitutions; and the
-    numbers of the prose outside them (thousands separators dropped)."""
-    math = MATH.findall(text)
+    """What a translation copies unchanged: math (but for its text labels), role targets, inline code, link
+    targets, substitutions; and the numbers of the prose outside them (thousands separators dropped)."""
+    math = [_math(m) for m in MATH.findall(text)]
     rest = MATH.sub(" ", text)
     roles = [_target(*r) for r in ROLE.findall(rest)]
     rest = ROLE.sub(" ", rest)
@@ -73,12 +81,20 @@ def parts(text: str) -> dict[str, list]:
             "substitutions": sorted(subs), "numbers": numbers, "prose": rest}
 
 
+def is_math(text: str) -> bool:
+    """A display equation's message: TeX alone, as a ``$$`` block or a SymPy result gives it (no dollar signs; it
+    starts with a line break or a TeX command, which no sentence of the book does)."""
+    return "$" not in text and text.startswith(("\n", "\\"))
+
+
 def nothing_to_translate(text: str) -> bool:
     """True for a message a translation copies whole: math or code alone, or text that is already Chinese (the
     seed's quotations)."""
+    if is_math(text):
+        return True
     prose = parts(text)["prose"]
-    letters = len(re.findall(r"[A-Za-z]", prose))
-    return not re.search(r"[A-Za-z]{2,}", prose) or len(CJK.findall(prose)) > max(letters, 8)
+    cjk, letters = len(CJK.findall(prose)), len(re.findall(r"[A-Za-z]", prose))
+    return not re.search(r"[A-Za-z]{2,}", prose) or (cjk >= 6 and 3 * cjk >= letters)
 
 
 def glossary() -> list[tuple[str, str, bool]]:
@@ -97,11 +113,16 @@ def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None 
     lost or changed, or an enforced term not rendered as the glossary says."""
     if not msgstr:
         return ["not translated"]
-    if msgstr == msgid and not nothing_to_translate(msgid):
+    if is_math(msgid):
+        return [] if _math(msgstr) == _math(msgid) else ["a formula: copied, only its \\text{} labels translated"]
+    if nothing_to_translate(msgid):
+        return [] if msgstr == msgid else ["code or the seed's Chinese: copied unchanged"]
+    if msgstr == msgid:
         return ["the English copied, not translated"]
     src, dst = parts(msgid), parts(msgstr)
-    out = [f"{k}: the English has {src[k]}, the translation {dst[k]}"
-           for k in ("math", "roles", "code", "links", "substitutions") if src[k] != dst[k]]
+    out = [f"{k}: the translation lacks {missing} of the English"
+           for k in ("math", "roles", "code", "links", "substitutions")
+           if (missing := [x for x in set(src[k]) if src[k].count(x) > dst[k].count(x)])]
     lost = [n for n in set(src["numbers"]) if src["numbers"].count(n) > dst["numbers"].count(n)]
     if lost:
         out.append(f"numbers of the English missing from the translation: {sorted(lost)}")

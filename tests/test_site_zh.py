@@ -1,0 +1,107 @@
+"""The Chinese edition (_build/html/zh) in headless Chromium, with the English site's checks, off-host requests
+blocked as there (test_site.py's fixtures): every page loads, typesets its math and renders its figures, sliders
+switch frames, the prose shows no raw markup; and what only a second language needs: each page has an English twin
+and the language switch leads from one to the other both ways, the Chinese prose is drawn with a CJK font, search
+finds Chinese words, and both editions show the same code outputs and figures (one execution, not two).
+"""
+
+import re
+
+import pytest
+from test_site import (  # noqa: F401  (fixtures)
+    CJK_FONTS,
+    HTML,
+    OFF_HOST,
+    PAGES,
+    browser,
+    check_page_renders,
+    check_sliders_change_the_frame,
+    page,
+    raw_markup,
+    server,
+    viewport,
+)
+
+ZH = HTML / "zh"
+ZH_PAGES = sorted(p.relative_to(ZH).as_posix() for d in ("book", "chapters") for p in (ZH / d).glob("*.html"))
+
+pytestmark = [pytest.mark.site, pytest.mark.skipif(not (ZH / "index.html").is_file(), reason="run `make book` first")]
+
+
+def test_every_english_page_has_a_chinese_twin():
+    assert ZH_PAGES == PAGES
+    for path in ZH_PAGES:
+        assert '<html lang="zh-CN"' in (ZH / path).read_text(encoding="utf8"), path
+
+
+@pytest.mark.parametrize("path", ZH_PAGES)
+def test_page_loads_typesets_and_renders(page, server, path):
+    check_page_renders(page, f"{server}/zh/{path}")
+
+
+@pytest.mark.parametrize("path", ZH_PAGES)
+def test_static_sliders_change_the_frame(page, server, path):
+    check_sliders_change_the_frame(page, f"{server}/zh/{path}")
+
+
+@pytest.mark.parametrize("path", ZH_PAGES)
+def test_prose_shows_no_raw_markup(path):
+    assert not (left := raw_markup((ZH / path).read_text(encoding="utf8"))), f"zh/{path}: {left[:3]}"
+
+
+def _shared(html: str) -> tuple[list[str], list[str]]:
+    """What both languages must show alike: every code block (the cells' code and printed outputs) and every
+    image (figures and their slider frames)."""
+    return re.findall(r"<pre>.*?</pre>", html, re.S), re.findall(r'<img [^>]*src="([^"]+)"', html)
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.startswith("chapters/")])
+def test_both_editions_show_the_same_code_outputs_and_figures(path):
+    (en_code, en_images), (zh_code, zh_images) = (_shared((root / path).read_text(encoding="utf8"))
+                                                  for root in (HTML, ZH))
+    assert en_code and zh_code == en_code, f"{path}: the Chinese page's code or printed outputs differ"
+    assert en_images and zh_images == en_images, f"{path}: the Chinese page's figures differ"
+
+
+def test_language_switch_leads_both_ways(page, server):
+    page.goto(f"{server}/chapters/03-optimization.html", wait_until="load")
+    assert page.evaluate("() => document.documentElement.lang") == "en"
+    page.locator(".language-switch").filter(visible=True).first.click()
+    page.wait_for_url("**/zh/chapters/03-optimization.html")
+    assert page.evaluate("() => document.documentElement.lang") == "zh-CN"
+    assert page.locator("article h1").first.text_content().strip() != "Optimization"
+    page.locator(".language-switch").filter(visible=True).first.click()
+    page.wait_for_url(re.compile(r".*/(?<!zh/)chapters/03-optimization\.html$"))
+    assert page.evaluate("() => document.documentElement.lang") == "en"
+    page.goto(f"{server}/zh/book/intro.html", wait_until="load")
+    page.locator(".language-switch").filter(visible=True).first.click()
+    page.wait_for_url(re.compile(r".*/(?<!zh/)book/intro\.html$"))
+    assert not page.console_errors
+
+
+def test_chinese_prose_is_drawn_with_a_cjk_font(page, server):
+    page.goto(f"{server}/zh/chapters/05-information-theory.html", wait_until="load")
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    para = cdp.send("DOM.querySelector", {"nodeId": root, "selector": "article section > p"})["nodeId"]
+    fonts = {f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": para})["fonts"]}
+    assert any("CJK" in f or f in CJK_FONTS for f in fonts), f"Chinese prose drawn with {fonts}"
+
+
+@pytest.mark.parametrize(("word", "chapter"), [("交叉熵", "05-information-theory"), ("困惑度", "05-information-theory"),
+                                           ("残差连接", "04-calculus"), ("梯度", "03-optimization")])
+def test_search_finds_chinese_words(page, server, word, chapter):
+    page.goto(f"{server}/zh/search.html?q={word}", wait_until="load")
+    results = page.locator("#search-results li a")
+    results.first.wait_for(timeout=15000)
+    hrefs = [a.get_attribute("href") for a in results.all()]
+    assert any(chapter in h for h in hrefs), f"searching {word} found {hrefs[:8]}"
+    assert not page.console_errors
+
+
+def test_no_request_left_the_local_server():
+    """Runs last in this module: the Chinese pages were loaded with off-host requests blocked and counted."""
+    assert OFF_HOST == [], f"{len(OFF_HOST)} off-host requests, e.g. {OFF_HOST[:5]}"

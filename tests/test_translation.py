@@ -1,0 +1,82 @@
+"""The Chinese edition's catalogues kept in step with the English sources (tools/i18n.py).
+
+`make book` writes one message template per page from the current sources (_build/i18n/_build/gettext); each page's
+catalogue (locales/zh_CN/LC_MESSAGES/<page>.po) must translate every message of it, none fuzzy: an English edit
+that is not carried into Chinese fails here, naming the page and the message (run `python tools/i18n.py update`,
+then translate what `python tools/i18n.py todo PAGE` lists). Every translation keeps the English's math, code,
+cross-reference targets, links and numbers, and renders the glossary's enforced terms as the glossary says.
+"""
+
+import re
+
+import i18n
+import pytest
+from conftest import ROOT
+
+pytestmark = pytest.mark.skipif(not i18n.TEMPLATES.is_dir(), reason="run `make book` first (message templates)")
+
+STATS = i18n.stats() if i18n.TEMPLATES.is_dir() else []
+TERMS = i18n.glossary()
+
+
+@pytest.mark.parametrize("page", STATS, ids=lambda s: s.page)
+def test_every_message_of_the_page_is_translated(page):
+    print(f"{page.page}: {page.translated} / {page.total} translated ({page.share:.1%})")
+    assert not page.missing, (f"{page.page}: {len(page.missing)} message(s) not translated, e.g. "
+                              f"{page.missing[0][:100]!r} (python tools/i18n.py todo {page.page})")
+    assert not page.fuzzy, (f"{page.page}: {len(page.fuzzy)} message(s) whose English changed since they were "
+                            f"translated, e.g. {page.fuzzy[0][:100]!r} (python tools/i18n.py todo {page.page})")
+
+
+def test_every_catalogue_belongs_to_a_page():
+    pages = {s.page for s in STATS}
+    orphans = [p for p in i18n.CATALOGUES.rglob("*.po") if p.relative_to(i18n.CATALOGUES).with_suffix("").as_posix()
+               not in pages]
+    assert pages and not orphans, f"catalogues of pages that no longer exist: {orphans}"
+
+
+@pytest.mark.parametrize("page", STATS, ids=lambda s: s.page)
+def test_translations_keep_math_code_targets_numbers_and_terms(page):
+    wrong = [f"{m.id[:70]!r}: {p}" for m in i18n.catalogue(page.page) if m.id and m.string and not m.fuzzy
+             for p in i18n.problems(m.id, m.string, TERMS)]
+    assert not wrong, f"{page.page}: {len(wrong)} problem(s):\n" + "\n".join(wrong[:10])
+
+
+@pytest.mark.parametrize("page", STATS, ids=lambda s: s.page)
+def test_the_chinese_page_shows_the_translation(page):
+    """The Chinese site was built from these catalogues: its page's title is the translated title."""
+    site = ROOT / "_build" / "html" / "zh" / f"{page.page}.html"
+    if not site.is_file():
+        pytest.skip("the Chinese site is not built")
+    title = next(m for m in i18n.catalogue(page.page) if m.id and not m.id.startswith(("(", "\n")))
+    html = site.read_text(encoding="utf8")
+    assert f"<h1>{re.sub(r'[*`]', '', title.string)}" in re.sub(r"<h1[^>]*>", "<h1>", html), title.string
+
+
+# What the checker rejects: a typical slip of each kind. And what it accepts: the freedom a translation has.
+ENGLISH = ("The loss of the {ref}`trained model <ch8-train>` is $1.98$ nats per token after 2,000 steps of "
+           "`train`, see [the log](https://example.org/log).")
+RIGHT = "训练 2000 步 `train` 之后，{ref}`训练好的模型 <ch8-train>` 的损失是每个词元 $1.98$ 奈特，见[日志](https://example.org/log)。"
+WRONG = {
+    "math changed": RIGHT.replace("$1.98$", "$1.98 $"),
+    "target changed": RIGHT.replace("<ch8-train>", "<ch8-training>"),
+    "role lost": RIGHT.replace("{ref}`训练好的模型 <ch8-train>`", "训练好的模型"),
+    "code lost": RIGHT.replace("`train`", "train"),
+    "number lost": RIGHT.replace("2000", "两千"),
+    "link changed": RIGHT.replace("example.org/log", "example.org/logs"),
+    "term not as in the glossary": RIGHT.replace("词元", "标记"),
+    "untranslated": "",
+    "English copied": ENGLISH,
+}
+
+
+def test_checker_accepts_a_faithful_translation_with_its_freedoms():
+    assert i18n.problems(ENGLISH, RIGHT, TERMS) == []
+    assert i18n.problems(ENGLISH, RIGHT.replace("2000", "2,000"), TERMS) == []  # a thousands separator or not
+    assert i18n.problems("$$x = 1$$", "$$x = 1$$", TERMS) == []  # math alone is copied
+    assert i18n.problems("（原文）Transformer 是一种神经网络", "（原文）Transformer 是一种神经网络", TERMS) == []
+
+
+@pytest.mark.parametrize("slip", WRONG)
+def test_checker_rejects_a_typical_slip(slip):
+    assert i18n.problems(ENGLISH, WRONG[slip], TERMS), f"the checker let through: {slip}"
