@@ -80,3 +80,15 @@ def test_checker_accepts_a_faithful_translation_with_its_freedoms():
 @pytest.mark.parametrize("slip", WRONG)
 def test_checker_rejects_a_typical_slip(slip):
     assert i18n.problems(ENGLISH, WRONG[slip], TERMS), f"the checker let through: {slip}"
+
+
+def test_a_sentence_the_code_wrote_with_new_numbers_keeps_its_translation():
+    """A re-execution measures another time: the sentence keeps its translation with the new numbers in place, in
+    whatever order the Chinese puts them; other words, or one old number becoming two new ones, get none."""
+    known = {"Here: `exp` 164 µs, `exp2` 59 µs per call, a ratio of 2.8.":
+             "比值为 2.8：`exp2` 每次 59 µs，`exp` 164 µs。"}
+    assert (i18n.renumbered("Here: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known)
+            == "比值为 2.5：`exp2` 每次 60 µs，`exp` 150 µs。")
+    assert i18n.renumbered("There: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known) is None
+    twice = {"From 2 to 2 steps.": "从 2 步到 2 步。"}
+    assert i18n.renumbered("From 2 to 3 steps.", twice) is None

@@ -97,6 +97,28 @@ def nothing_to_translate(text: str) -> bool:
     return not re.search(r"[A-Za-z]{2,}", prose) or (cjk >= 6 and 3 * cjk >= letters)
 
 
+def skeleton(text: str) -> str:
+    """A message with its numbers blanked: two sentences the code wrote with other numbers share it."""
+    return NUMBER.sub("#", text)
+
+
+def renumbered(msgid: str, translations: dict[str, str]) -> str | None:
+    """The translation of a sentence that the code wrote with numbers other than those of its translated version
+    (a measured time, a loss after a re-execution): the translation of the message with the same words, each of
+    its old numbers replaced by the new number in the same place of the English. None when there is no such
+    message, or when one old number would become two different new ones."""
+    key = skeleton(msgid)
+    for old_id, old in translations.items():
+        if not old or skeleton(old_id) != key:
+            continue
+        new_of: dict[str, str] = {}
+        for a, b in zip(NUMBER.findall(old_id), NUMBER.findall(msgid), strict=True):
+            if new_of.setdefault(a.replace(",", ""), b) != b:
+                return None
+        return NUMBER.sub(lambda m, new_of=new_of: new_of.get(m.group().replace(",", ""), m.group()), old)
+    return None
+
+
 def glossary() -> list[tuple[str, str, bool]]:
     """(English term, Chinese term, enforced) from ``glossary.tsv``; an enforced term's English in a message (a
     whole word, plural allowed) requires its Chinese in the translation."""
@@ -202,6 +224,42 @@ def check(pages: list[str], only: set[str] | None = None) -> int:
     return 1 if bad else 0
 
 
+# ------------------------------------------------------------------ the Sphinx extension
+def _renumber_transform():
+    from sphinx.locale import init_locale
+    from sphinx.transforms import SphinxTransform
+    from sphinx.util.i18n import docname_to_domain
+    from sphinx.util.nodes import extract_messages
+
+    class Renumber(SphinxTransform):
+        """Before Sphinx translates a page (its ``Locale`` transform, priority 20): give each sentence that the
+        page's code wrote with new numbers the translation :func:`renumbered` makes, so that a re-execution that
+        measures another time does not leave an English sentence in the Chinese page."""
+
+        default_priority = 19
+
+        def apply(self, **kwargs) -> None:
+            if not self.config.language or self.config.language == "en":
+                return
+            dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
+            domain = docname_to_domain(self.env.docname, self.config.gettext_compact)
+            catalog, found = init_locale(dirs, self.config.language, domain)
+            known = getattr(catalog, "_catalog", None)
+            if not found or known is None:
+                return
+            for _, msg in extract_messages(self.document):
+                if msg not in known and (filled := renumbered(msg, known)) is not None:
+                    known[msg] = filled
+
+    return Renumber
+
+
+def setup(app) -> dict:
+    """Sphinx extension (``_config.yml``'s local_extensions): sentences with new numbers keep their translation."""
+    app.add_transform(_renumber_transform())
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
 # ------------------------------------------------------------------ building
 def extract() -> int:
     """Write the message templates ``_build/i18n/_build/gettext/<page>.pot`` (Sphinx's gettext builder, reading
@@ -237,7 +295,8 @@ class PageStats:
 
 
 def stats(templates: Path = TEMPLATES, catalogues: Path = CATALOGUES) -> list[PageStats]:
-    """For each page's template: how many of its messages the page's catalogue translates (not fuzzy, not empty),
+    """For each page's template: how many of its messages the page's catalogue translates (not fuzzy, not empty;
+    math and code need no entry, a sentence the code wrote with new numbers is translated by :func:`renumbered`),
     and which are fuzzy or missing."""
     from babel.messages.pofile import read_po
 
@@ -251,8 +310,10 @@ def stats(templates: Path = TEMPLATES, catalogues: Path = CATALOGUES) -> list[Pa
         if po.exists():
             with po.open("rb") as f:
                 done = {m.id: m for m in read_po(f) if m.id}
+        translated = {i: m.string for i, m in done.items() if m.string and not m.fuzzy}
         fuzzy = [i for i in wanted if i in done and done[i].string and done[i].fuzzy]
-        missing = [i for i in wanted if i not in done or not done[i].string]
+        missing = [i for i in wanted if i not in fuzzy and i not in translated and not nothing_to_translate(i)
+                   and renumbered(i, translated) is None]
         out.append(PageStats(page, len(wanted), len(wanted) - len(fuzzy) - len(missing), fuzzy, missing))
     return out
 
