@@ -74,6 +74,7 @@ def test_checker_accepts_a_faithful_translation_with_its_freedoms():
     assert i18n.problems(ENGLISH, RIGHT, TERMS) == []
     assert i18n.problems(ENGLISH, RIGHT.replace("2000", "2,000"), TERMS) == []  # a thousands separator or not
     assert i18n.problems("$$x = 1$$", "$$x = 1$$", TERMS) == []  # math alone is copied
+    assert i18n.problems("pre-LN LayerNorm", "pre-LN LayerNorm", TERMS) == []  # so is a name
     assert i18n.problems("（原文）Transformer 是一种神经网络", "（原文）Transformer 是一种神经网络", TERMS) == []
 
 
