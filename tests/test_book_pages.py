@@ -29,6 +29,14 @@ def test_every_seed_claim_links_to_where_the_book_treats_it():
     assert "in preparation" not in page
 
 
+def test_every_seed_claim_row_has_its_four_cells():
+    """A bare | inside a cell (the seed writes P(y|x)) ends the cell there and shifts the rest of the row."""
+    page = (ROOT / "book" / "seed-claims.md").read_text()
+    for row in re.findall(r"^\| \d+ \|.*$", page, re.M):
+        cells = re.split(r"(?<!\\)\|", row.strip())[1:-1]
+        assert len(cells) == 4, f"{len(cells)} cells, not 4 (escape a | inside a cell as \\|): {row[:80]}"
+
+
 def test_seed_claim_links_show_no_raw_latex():
     """A {ref} without its own text shows the target's heading, and Sphinx prints a heading's $math$ as raw
     LaTeX in a link: such links must carry their own text."""

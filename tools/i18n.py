@@ -47,6 +47,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 SUBSTITUTION = re.compile(r"\{\{\s*\w+\s*\}\}")
 NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 CJK = re.compile(r"[\u3400-\u9fff]")
+FULL_WIDTH = re.compile(r"[\u3000-\u303f\uff01-\uff5e]")  # Chinese punctuation: ，。：（）
 
 
 def _target(role: str, body: str) -> tuple[str, str]:
@@ -94,7 +95,8 @@ def nothing_to_translate(text: str) -> bool:
         return True
     prose = parts(text)["prose"]
     cjk, letters = len(CJK.findall(prose)), len(re.findall(r"[A-Za-z]", prose))
-    return not re.search(r"[A-Za-z]{2,}", prose) or (cjk >= 6 and 3 * cjk >= letters)
+    return (not re.search(r"[A-Za-z]{2,}", prose) or (cjk >= 6 and 3 * cjk >= letters)
+            or (cjk >= 4 and bool(FULL_WIDTH.search(prose)) and bool(CJK.match(re.sub(r"[\W\d_]+", "", prose)))))
 
 
 def skeleton(text: str) -> str:
@@ -130,6 +132,10 @@ def glossary() -> list[tuple[str, str, bool]]:
     return rows
 
 
+def _word(term: str) -> str:
+    return rf"\b{re.escape(term)}(?:s|es)?\b"
+
+
 def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None = None) -> list[str]:
     """What is wrong with one translation: untranslated, or a math, code, target, link or number of the English
     lost or changed, or an enforced term not rendered as the glossary says."""
@@ -148,8 +154,13 @@ def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None 
     lost = [n for n in set(src["numbers"]) if src["numbers"].count(n) > dst["numbers"].count(n)]
     if lost:
         out.append(f"numbers of the English missing from the translation: {sorted(lost)}")
-    for en, zh, enforced in terms if terms is not None else glossary():
-        if enforced and re.search(rf"\b{re.escape(en)}(?:s|es)?\b", src["prose"], re.I) and zh not in msgstr:
+    terms = glossary() if terms is None else terms
+    spans = [(m.span(), en) for en, _, _ in terms for m in re.finditer(_word(en), src["prose"], re.I)]
+    for en, zh, enforced in terms:
+        inside_longer = [s for s, other in spans if other != en and len(other) > len(en)]
+        # "embedding" inside "rotary position embedding" is that term's, not its own
+        alone = [s for s, other in spans if other == en and not any(a <= s[0] and s[1] <= b for a, b in inside_longer)]
+        if enforced and alone and zh not in msgstr:
             out.append(f"the term “{en}” is rendered “{zh}” in this book (locales/zh_CN/glossary.tsv)")
     return out
 
