@@ -5,6 +5,7 @@
     python tools/i18n.py todo chapters/01-linear-algebra > todo.json     # a page's untranslated messages
     python tools/i18n.py fill chapters/01-linear-algebra done.json       # {English: Chinese} into its catalogue
     python tools/i18n.py check [PAGE ...]   # what a translation must keep (math, code, targets, numbers, terms)
+    python tools/i18n.py pairs chapters/01-linear-algebra > pairs.json   # {English: Chinese}, for a reviewer
 
 Every paragraph, heading, list item, caption and exercise statement of a page is one message; its translation lives
 in ``locales/zh_CN/LC_MESSAGES/<page>.po`` (one catalogue per page). Code, outputs and figures are shared: the
@@ -199,6 +200,14 @@ def todo(page: str) -> int:
     return 0
 
 
+def pairs(page: str) -> int:
+    """Print a page's translated messages as JSON {English: Chinese}, in page order (math-only ones left out)."""
+    cat = catalogue(page)
+    print(json.dumps({m.id: m.string for m in cat if m.id and m.string and not is_math(m.id)},
+                     ensure_ascii=False, indent=1))
+    return 0
+
+
 def fill(page: str, path: str) -> int:
     """Write the translations of a JSON file {English: Chinese} into a page's catalogue, then check the page."""
     given = json.loads(Path(path).read_text())
@@ -379,6 +388,8 @@ def main(args: list[str]) -> int:
             return print_stats()
         case ["todo", page]:
             return todo(page)
+        case ["pairs", page]:
+            return pairs(page)
         case ["fill", page, path]:
             return fill(page, path)
         case ["check", *pages]:
