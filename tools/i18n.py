@@ -134,7 +134,7 @@ def glossary() -> list[tuple[str, str, bool]]:
 
 
 def _word(term: str) -> str:
-    return rf"\b{re.escape(term)}(?:s|es)?\b"
+    return rf"(?<![\w-]){re.escape(term)}(?:s|es)?(?![\w-])"
 
 
 def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None = None) -> list[str]:
@@ -246,7 +246,7 @@ def check(pages: list[str], only: set[str] | None = None) -> int:
 
 # ------------------------------------------------------------------ the Sphinx extension
 def _renumber_transform():
-    from sphinx.locale import init_locale
+    from sphinx.locale import init as init_locale
     from sphinx.transforms import SphinxTransform
     from sphinx.util.i18n import docname_to_domain
     from sphinx.util.nodes import extract_messages
