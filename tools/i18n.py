@@ -180,14 +180,30 @@ def save(page: str, cat) -> None:
         write_po(f, cat, width=76)
 
 
-def prefill() -> None:
-    """Copy into every catalogue the messages with nothing to translate (math, code, Chinese quotations)."""
+def translations() -> dict[str, dict[str, str]]:
+    """Every catalogue's translated messages, {page: {English: Chinese}}."""
+    out = {}
     for po in sorted(CATALOGUES.rglob("*.po")):
         page = po.relative_to(CATALOGUES).with_suffix("").as_posix()
-        cat, changed = catalogue(page), False
+        out[page] = {m.id: m.string for m in catalogue(page) if m.id and m.string and not m.fuzzy}
+    return out
+
+
+def prefill(before: dict[str, dict[str, str]] | None = None) -> None:
+    """After ``sphinx-intl update``: copy into every catalogue the messages with nothing to translate (math, code,
+    Chinese quotations), and give a message that only changed its numbers (marked fuzzy by the update) the
+    translation it had ``before`` the update, with the new numbers (:func:`renumbered`)."""
+    for po in sorted(CATALOGUES.rglob("*.po")):
+        page = po.relative_to(CATALOGUES).with_suffix("").as_posix()
+        cat, changed, old = catalogue(page), False, (before or {}).get(page, {})
         for m in cat:
-            if m.id and not m.string and nothing_to_translate(m.id):
+            if not m.id:
+                continue
+            if not m.string and nothing_to_translate(m.id):
                 m.string, changed = m.id, True
+            elif m.fuzzy and (new := renumbered(m.id, old)) is not None:
+                m.string, changed = new, True
+                m.flags.discard("fuzzy")
         if changed:
             save(page, cat)
 
@@ -295,9 +311,10 @@ def update() -> int:
     if extract():
         print(f"the gettext build failed: see {POT_BUILD / 'build.log'}", file=sys.stderr)
         return 1
+    before = translations()
     status = subprocess.run([str(BIN / "sphinx-intl"), "update", "-p", str(TEMPLATES), "-l", LANGUAGE,
                              "-d", str(ROOT / "locales")], cwd=ROOT).returncode
-    prefill()
+    prefill(before)
     return status
 
 
