@@ -171,6 +171,11 @@ def _softmax_weights(q: torch.Tensor, key: torch.Tensor, additive: torch.Tensor 
     if additive is not None:  # S_ij = -inf where j may not be attended (in place unless the mask has more dims)
         fits = _broadcast(scores.shape, additive.shape) == tuple(scores.shape)
         scores = scores.add_(additive) if fits else scores + additive
+    return _softmax_(scores)
+
+
+def _softmax_(scores: torch.Tensor) -> torch.Tensor:
+    """P = softmax(S) along the last dim, in place, from the scores in base-2 units S log₂e (-inf where masked)."""
     p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
     p = p.exp2_()  # e^(S - max S) = 2^((S - max S) log₂e); exactly 0 where masked (2^-inf)
     return p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1
@@ -189,12 +194,16 @@ def _scores_backward(g_s, q, key, scale):
     return g_query, g_key
 
 
-def _output_backward(g_out, out, q, key, value, p, scale):
-    """∂L/∂(Q, K, V) of O = P V, P = softmax(S), from G = ∂L/∂O alone (the weights not used)."""
-    g_value = p.transpose(-2, -1) @ g_out  # ∂L/∂V = Pᵀ G   (..., T_k, d_v)
-    row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (..., T_q, 1)
-    g_s = (g_out @ value.transpose(-2, -1)).sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (G Vᵀ - rowsum)   (..., T_q, T_k)
-    return *_scores_backward(g_s, q, key, scale), g_value
+def _block_backward(g_out, out, q, key, value, p, scale):
+    """∂L/∂(Q, K, V) of one block of :class:`_CausalAttention`, O = P V, P = softmax(S), S = scale · Q Kᵀ, from
+    G = ∂L/∂O alone; all (N, ·, ·) with N = B·h, so each product is one batched matrix product."""
+    g_value = torch.bmm(p.transpose(1, 2), g_out)  # ∂L/∂V = Pᵀ G   (N, T_k, d_v)
+    row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (N, T_q, 1)
+    # scale · ∂L/∂S = scale · P ⊙ (G Vᵀ - rowsum): the product, the shift and the scale in one baddbmm
+    g_s = torch.baddbmm(row, g_out, value.transpose(1, 2), beta=-scale, alpha=scale).mul_(p)  # (N, T_q, T_k)
+    g_query = torch.bmm(g_s, key)  # ∂L/∂Q = scale · ∂L/∂S K   (N, T_q, d_k)
+    g_key = torch.bmm(g_s.transpose(1, 2), q)  # ∂L/∂K = scale · ∂L/∂Sᵀ Q   (N, T_k, d_k)
+    return g_query, g_key, g_value
 
 
 def _attend(query, key, value, mask, scale, dropout, generator):
@@ -267,34 +276,39 @@ class _CausalAttention(torch.autograd.Function):
     Queries 0 … m-1 (m = ⌊T/2⌋) may see only keys 0 … m-1, so their scores are computed against those keys alone,
     and queries m … T-1 against all T keys: a quarter of the (T, T) score matrix, all of it masked, is never
     computed, in the forward pass or the backward. (PyTorch's fused CPU kernel skips such blocks too.)
+    The heads are flattened into one batch dimension N = B·h, so that each product is one ``bmm``, and
+    ``baddbmm`` computes S log₂e + mask = (Q · scale · log₂e) Kᵀ + mask in one call (the scaling and the mask
+    ride on the product instead of taking a pass of their own).
     """
 
     @staticmethod
     def forward(ctx, query, key, value, additive, scale):
-        m = query.shape[-2] // 2
-        q, key, value = _prepare(query, key, value, scale)  # additive: the causal mask as 0 / -inf   (T, T)
-        p1 = _softmax_weights(q[..., :m, :], key[..., :m, :], additive[:m, :m])  # first half   (..., m, m)
-        p2 = _softmax_weights(q[..., m:, :], key, additive[m:])  # second half, every key   (..., T - m, T)
-        out = torch.cat((p1 @ value[..., :m, :], p2 @ value), dim=-2)  # O = P V   (..., T, d_v)
-        ctx.save_for_backward(q, key, value, p1, p2, out)
-        ctx.scale, ctx.shapes = scale, (query.shape, key.shape, value.shape)
-        return out
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # (B, h)
+        T, m = query.shape[-2], query.shape[-2] // 2
+        q, key_, value_ = (t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (query, key, value))
+        k_t, alpha = key_.transpose(1, 2), scale * _LOG2E  # Kᵀ (N, d_k, T); additive: 0 / -inf   (T, T)
+        p1 = _softmax_(torch.baddbmm(additive[:m, :m], q[:, :m], k_t[..., :m], alpha=alpha))  # first half (N, m, m)
+        p2 = _softmax_(torch.baddbmm(additive[m:], q[:, m:], k_t, alpha=alpha))  # the rest, every key (N, T - m, T)
+        out = torch.cat((torch.bmm(p1, value_[:, :m]), torch.bmm(p2, value_)), dim=1)  # O = P V   (N, T, d_v)
+        ctx.save_for_backward(q, key_, value_, p1, p2, out)
+        ctx.scale, ctx.shapes = scale, (batch, query.shape, key.shape, value.shape)
+        return out.view(*batch, T, out.shape[-1])  # (B, h, T, d_v)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_out):
         q, key, value, p1, p2, out = ctx.saved_tensors
         m = p1.shape[-1]
-        g_out = g_out.contiguous()
-        first = (g_out[..., :m, :], out[..., :m, :], q[..., :m, :], key[..., :m, :], value[..., :m, :], p1)
-        g_q1, g_k1, g_v1 = _output_backward(*first, ctx.scale)
-        g_q2, g_key, g_value = _output_backward(g_out[..., m:, :], out[..., m:, :], q[..., m:, :], key, value, p2,
-                                                ctx.scale)
-        g_key[..., :m, :] += g_k1  # the first m keys serve both halves of the queries
-        g_value[..., :m, :] += g_v1
-        shape_q, shape_k, shape_v = ctx.shapes
-        return (torch.cat((g_q1, g_q2), dim=-2).sum_to_size(shape_q), g_key.sum_to_size(shape_k),
-                g_value.sum_to_size(shape_v), None, None)
+        g_out = g_out.reshape(out.shape)  # G   (N, T, d_v)
+        first = (g_out[:, :m], out[:, :m], q[:, :m], key[:, :m], value[:, :m], p1)
+        g_q1, g_k1, g_v1 = _block_backward(*first, ctx.scale)
+        g_q2, g_key, g_value = _block_backward(g_out[:, m:], out[:, m:], q[:, m:], key, value, p2, ctx.scale)
+        g_key[:, :m] += g_k1  # the first m keys serve both halves of the queries
+        g_value[:, :m] += g_v1
+        batch, shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
+        return (torch.cat((g_q1, g_q2), dim=1).view(*batch, *shape_q[-2:]).sum_to_size(shape_q),
+                g_key.view(*batch, *shape_k[-2:]).sum_to_size(shape_k),
+                g_value.view(*batch, *shape_v[-2:]).sum_to_size(shape_v), None, None)
 
 
 def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
