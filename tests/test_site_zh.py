@@ -105,3 +105,20 @@ def test_search_finds_chinese_words(page, server, word, chapter):
 def test_no_request_left_the_local_server():
     """Runs last in this module: the Chinese pages were loaded with off-host requests blocked and counted."""
     assert OFF_HOST == [], f"{len(OFF_HOST)} off-host requests, e.g. {OFF_HOST[:5]}"
+
+
+def test_sidebar_captions_and_page_lines_are_chinese():
+    """The table of contents' part captions (translated by book/intro's catalogue), and the lines the build adds to
+    a chapter (its notebooks, its slides: the English deck, which the Chinese page links) are Chinese too."""
+    import i18n
+    import yaml
+    from conftest import ROOT
+
+    chinese = {m.id: m.string for m in i18n.catalogue("book/intro") if m.id and m.string}
+    html = (ZH / "chapters" / "01-linear-algebra.html").read_text(encoding="utf8")
+    for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]:
+        assert f'<span class="caption-text">{chinese[part["caption"]]}</span>' in html, part["caption"]
+    slides = re.search(r'<p class="tl-slides"><a href="([^"]+)">本章幻灯片</a>', html)
+    assert slides and (ZH / "chapters" / slides.group(1)).resolve() == HTML / "slides" / "01-linear-algebra.html"
+    assert (HTML / "slides" / "01-linear-algebra.html").is_file()
+    assert '<p class="tl-downloads">下载本章' in html

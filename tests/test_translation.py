@@ -91,5 +91,7 @@ def test_a_sentence_the_code_wrote_with_new_numbers_keeps_its_translation():
     assert (i18n.renumbered("Here: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known)
             == "比值为 2.5：`exp2` 每次 60 µs，`exp` 150 µs。")
     assert i18n.renumbered("There: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known) is None
+    comma = {"The uncached one 40,550, an average of 135.": "不带缓存的 40,550 个，平均 135。"}
+    assert i18n.renumbered("The uncached one 41,000, an average of 136.", comma) == "不带缓存的 41,000 个，平均 136。"
     twice = {"From 2 to 2 steps.": "从 2 步到 2 步。"}
     assert i18n.renumbered("From 2 to 3 steps.", twice) is None

@@ -86,10 +86,14 @@ def add_links(app: Sphinx, pagename: str, templatename, context, doctree) -> Non
     if not pagename.startswith("chapters/") or not page.is_file() or not _is_notebook(page):
         return
     names = notebook_names(page)
+    chinese = (app.config.language or "").startswith("zh")
+    label = ({"student": "学生版笔记本", "instructor": "教师版笔记本"} if chinese
+             else {kind: f"{kind} notebook" for kind in names})
     links = " · ".join(
-        f'<a href="{html.escape(context["pathto"]("notebooks/" + names[kind], 1))}" download>{kind} notebook</a>'
+        f'<a href="{html.escape(context["pathto"]("notebooks/" + names[kind], 1))}" download>{label[kind]}</a>'
         for kind in _kinds(app))
-    line = f'\n<p class="tl-downloads">Download this chapter as a {links}.</p>\n'
+    line = (f'\n<p class="tl-downloads">下载本章（英文）：{links}。</p>\n' if chinese
+            else f'\n<p class="tl-downloads">Download this chapter as a {links}.</p>\n')
     body = context["body"]
     at = body.find("</h1>")
     context["body"] = body[:at + 5] + line + body[at + 5:] if at >= 0 else line + body

@@ -46,7 +46,7 @@ ROLE = re.compile(r"\{([\w:-]+)\}`([^`]*)`")
 CODE = re.compile(r"``?[^`]+?``?")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 SUBSTITUTION = re.compile(r"\{\{\s*\w+\s*\}\}")
-NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?")
 CJK = re.compile(r"[\u3400-\u9fff]")
 FULL_WIDTH = re.compile(r"[\u3000-\u303f\uff01-\uff5e]")  # Chinese punctuation: ，。：（）
 
@@ -145,7 +145,7 @@ def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None 
     if is_math(msgid):
         return [] if _math(msgstr) == _math(msgid) else ["a formula: copied, only its \\text{} labels translated"]
     if nothing_to_translate(msgid):
-        return [] if msgstr == msgid else ["code or the seed's Chinese: copied unchanged"]
+        return [] if _math(msgstr) == _math(msgid) else ["math, code or the seed's Chinese: copied unchanged"]
     if msgstr == msgid and len(msgid.split()) > 3:  # a name of up to three words may stay (dropout, LayerNorm)
         return ["the English copied, not translated"]
     src, dst = parts(msgid), parts(msgstr)
@@ -378,13 +378,25 @@ def config(source: Path = ROOT / "_config.yml") -> dict:
     return c
 
 
+def toc() -> Path:
+    """``_toc.yml`` with its part captions in Chinese, as book/intro's catalogue translates them (sphinx-external-toc
+    adds the captions after Sphinx has translated the page, so the catalogue alone leaves them English)."""
+    contents = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    chinese = {m.id: m.string for m in catalogue("book/intro") if m.id and m.string and not m.fuzzy}
+    for part in contents.get("parts", []):
+        part["caption"] = chinese.get(part.get("caption"), part.get("caption"))
+    path = OUT / "_toc.yml"
+    path.write_text(yaml.safe_dump(contents, allow_unicode=True, sort_keys=False))
+    return path
+
+
 def build(jb_args: list[str], run) -> int:
     """Build the Chinese site with ``run(root, args, html_dir)`` (``tools/build.py``'s runner) into
     ``_build/zh`` and copy it to ``_build/html/zh``; also refresh the message templates the translation tests read."""
     OUT.mkdir(parents=True, exist_ok=True)
     SEARCH_WORDS.write_text("".join(f"{zh} 1000 n\n" for _, zh, _ in glossary() if " " not in zh))
     (OUT / "_config.yml").write_text(yaml.safe_dump(config(), allow_unicode=True, sort_keys=False))
-    status = run(ROOT, [*jb_args, "--config", str(OUT / "_config.yml"), "--path-output", str(OUT)],
+    status = run(ROOT, [*jb_args, "--config", str(OUT / "_config.yml"), "--toc", str(toc()), "--path-output", str(OUT)],
                  OUT / "_build" / "html")
     if status == 0:
         shutil.rmtree(SITE, ignore_errors=True)

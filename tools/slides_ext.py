@@ -2,7 +2,8 @@
 
 After an HTML build, ``<site>/slides/NN-name.html`` is written for every chapter from its source and the
 executed notebook MyST-NB left beside the site (``_build/jupyter_execute``), so a deck's figures are the page's
-own, at their default frame. Each chapter page gets a line linking its deck.
+own, at their default frame. Each chapter page gets a line linking its deck; the Chinese edition's pages link the
+English decks.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from slides import write_decks
 from sphinx.application import Sphinx
 
 
+def _chinese(app: Sphinx) -> bool:
+    return (app.config.language or "").startswith("zh")
+
+
 def write(app: Sphinx, exception) -> None:
-    if exception or app.builder.format != "html":
+    if exception or app.builder.format != "html" or _chinese(app):  # the Chinese edition links the English decks
         return
     outdir = Path(app.outdir)
     write_decks(outdir / "slides", root=Path(app.srcdir), executed=outdir.parent / "jupyter_execute")
@@ -26,9 +31,13 @@ def add_link(app: Sphinx, pagename: str, templatename, context, doctree) -> None
     page = Path(app.srcdir) / f"{pagename}.md"
     if not pagename.startswith("chapters/") or not page.is_file() or not _is_notebook(page):
         return
-    href = html.escape(context["pathto"](f"slides/{page.stem}.html", 1))
-    line = (f'\n<p class="tl-slides"><a href="{href}">Slides for this chapter</a> (reveal.js: the key equations, '
-            f"figures and exercises; arrow keys to step, F for full screen).</p>\n")
+    href = html.escape(("../" if _chinese(app) else "") + context["pathto"](f"slides/{page.stem}.html", 1))
+    if _chinese(app):
+        line = (f'\n<p class="tl-slides"><a href="{href}">本章幻灯片</a>（英文；reveal.js：关键公式、图和练习；'
+                f"方向键翻页，F 键全屏）。</p>\n")
+    else:
+        line = (f'\n<p class="tl-slides"><a href="{href}">Slides for this chapter</a> (reveal.js: the key '
+                f"equations, figures and exercises; arrow keys to step, F for full screen).</p>\n")
     body = context["body"]
     at = body.find("</h1>")
     context["body"] = body[:at + 5] + line + body[at + 5:] if at >= 0 else line + body
