@@ -182,11 +182,8 @@ def save(page: str, cat) -> None:
 
 def translations() -> dict[str, dict[str, str]]:
     """Every catalogue's translated messages, {page: {English: Chinese}}."""
-    out = {}
-    for po in sorted(CATALOGUES.rglob("*.po")):
-        page = po.relative_to(CATALOGUES).with_suffix("").as_posix()
-        out[page] = {m.id: m.string for m in catalogue(page) if m.id and m.string and not m.fuzzy}
-    return out
+    pages = [po.relative_to(CATALOGUES).with_suffix("").as_posix() for po in sorted(CATALOGUES.rglob("*.po"))]
+    return {page: translated(page) for page in pages}
 
 
 def prefill(before: dict[str, dict[str, str]] | None = None) -> None:
@@ -214,6 +211,11 @@ def todo(page: str) -> int:
     print(json.dumps({m.id: (m.string if m.fuzzy else "") for m in cat if m.id and (not m.string or m.fuzzy)},
                      ensure_ascii=False, indent=1))
     return 0
+
+
+def translated(page: str) -> dict[str, str]:
+    """A page's translated messages, {English: Chinese} (none fuzzy)."""
+    return {m.id: m.string for m in catalogue(page) if m.id and m.string and not m.fuzzy}
 
 
 def pairs(page: str) -> int:
@@ -369,9 +371,10 @@ def print_stats() -> int:
 
 
 def config(source: Path = ROOT / "_config.yml") -> dict:
-    """The English configuration with the Chinese language, its search dictionary, and the main execution cache
-    (so no page runs again)."""
+    """The English configuration with the Chinese language, title and search dictionary, and the main execution
+    cache (so no page runs again)."""
     c = yaml.safe_load(source.read_text())
+    c["title"] = translated("book/intro").get(c["title"], c["title"])
     c["sphinx"]["config"].update(language=LANGUAGE, html_search_options={"dict": str(SEARCH_WORDS)})
     c["execute"]["cache"] = str(ROOT / c["execute"]["cache"])
     c["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in c["sphinx"]["local_extensions"].items()}
@@ -382,7 +385,7 @@ def toc() -> Path:
     """``_toc.yml`` with its part captions in Chinese, as book/intro's catalogue translates them (sphinx-external-toc
     adds the captions after Sphinx has translated the page, so the catalogue alone leaves them English)."""
     contents = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    chinese = {m.id: m.string for m in catalogue("book/intro") if m.id and m.string and not m.fuzzy}
+    chinese = translated("book/intro")
     for part in contents.get("parts", []):
         part["caption"] = chinese.get(part.get("caption"), part.get("caption"))
     path = OUT / "_toc.yml"
