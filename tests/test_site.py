@@ -8,7 +8,7 @@ As a reader uses it: the menu and outline buttons work at phone (390 px) and des
 page with everything it loads weighs at most 3 MB, nothing in the article column is wider than the column (wide
 math scrolls in its own box), Chinese text is drawn with a CJK font, exercises show a neutral note on the static
 page, search snippets show no TeX source, bibliography labels match the citations, the prose shows no raw MyST
-markup. The Chinese edition (_build/html/zh) is tested with the same checks in test_site_zh.py.
+markup. The pages of the Chinese edition (_build/html/zh) get the same page checks; test_site_zh.py has the rest.
 """
 
 import functools
@@ -27,6 +27,9 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 PAGES = sorted(p.relative_to(HTML).as_posix() for d in ("book", "chapters") for p in (HTML / d).glob("*.html"))
 CHAPTERS = [p for p in PAGES if p.startswith("chapters/")]
+ZH = HTML / "zh"  # the Chinese edition (tools/i18n.py): the checks of both editions' pages run on each
+ZH_PAGES = sorted(p.relative_to(ZH).as_posix() for d in ("book", "chapters") for p in (ZH / d).glob("*.html"))
+BOTH = PAGES + [f"zh/{p}" for p in ZH_PAGES]
 PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
 MAX_PAGE_BYTES = 3_000_000
 CJK_FONTS = ["Noto Sans CJK SC", "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei", "Source Han Sans SC",
@@ -143,12 +146,12 @@ def check_sliders_change_the_frame(page, url):
     assert not page.console_errors
 
 
-@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize("path", BOTH)
 def test_page_loads_typesets_and_renders(page, server, path):
     check_page_renders(page, f"{server}/{path}")
 
 
-@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize("path", BOTH)
 def test_static_sliders_change_the_frame(page, server, path):
     check_sliders_change_the_frame(page, f"{server}/{path}")
 
@@ -255,15 +258,20 @@ def test_long_listings_are_folded_behind_a_button(page, server):
     assert not page.console_errors
 
 
-def test_chinese_text_is_drawn_with_a_cjk_font(page, server):
-    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+def fonts_drawing(page, selector: str) -> set[str]:
+    """The platform fonts Chromium draws the first element matching ``selector`` with (DevTools' CSS domain)."""
     page.evaluate("() => document.fonts.ready.then(() => true)")
     cdp = page.context.new_cdp_session(page)
     cdp.send("DOM.enable")
     cdp.send("CSS.enable")
     root = cdp.send("DOM.getDocument")["root"]["nodeId"]
-    quote = cdp.send("DOM.querySelector", {"nodeId": root, "selector": "article blockquote p"})["nodeId"]
-    fonts = {f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": quote})["fonts"]}
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+    return {f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]}
+
+
+def test_chinese_text_is_drawn_with_a_cjk_font(page, server):
+    page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
+    fonts = fonts_drawing(page, "article blockquote p")
     family = page.evaluate("() => getComputedStyle(document.querySelector('article blockquote p')).fontFamily")
     assert all(name in family for name in CJK_FONTS), family
     assert any("CJK" in f or f in CJK_FONTS for f in fonts), (
@@ -300,7 +308,7 @@ def raw_markup(html: str) -> list[str]:
     return [text[max(0, m.start() - 40):m.end() + 40].strip() for m in RAW_MARKUP.finditer(text)]
 
 
-@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize("path", BOTH)
 def test_prose_shows_no_raw_markup(path):
     assert not (left := raw_markup((HTML / path).read_text(encoding="utf8"))), f"{path}: {left[:3]}"
 

@@ -1,8 +1,8 @@
-"""The Chinese edition (_build/html/zh) in headless Chromium, with the English site's checks, off-host requests
-blocked as there (test_site.py's fixtures): every page loads, typesets its math and renders its figures, sliders
-switch frames, the prose shows no raw markup; and what only a second language needs: each page has an English twin
-and the language switch leads from one to the other both ways, the Chinese prose is drawn with a CJK font, search
-finds Chinese words, and both editions show the same code outputs and figures (one execution, not two).
+"""The Chinese edition (_build/html/zh) in headless Chromium, off-host requests blocked (test_site.py's fixtures;
+test_site.py also runs its page checks on every Chinese page: loads, math typeset, figures and sliders, no raw
+markup). Here, what only a second language needs: each page has an English twin and the language switch leads from
+one to the other both ways, the Chinese prose is drawn with a CJK font, search finds Chinese words, the sidebar and
+the build's own lines are Chinese, and both editions show the same code outputs and figures (one execution).
 """
 
 import re
@@ -13,17 +13,14 @@ from test_site import (  # noqa: F401  (fixtures)
     HTML,
     OFF_HOST,
     PAGES,
+    ZH,
+    ZH_PAGES,
     browser,
-    check_page_renders,
-    check_sliders_change_the_frame,
+    fonts_drawing,
     page,
-    raw_markup,
     server,
     viewport,
 )
-
-ZH = HTML / "zh"
-ZH_PAGES = sorted(p.relative_to(ZH).as_posix() for d in ("book", "chapters") for p in (ZH / d).glob("*.html"))
 
 pytestmark = [pytest.mark.site, pytest.mark.skipif(not (ZH / "index.html").is_file(), reason="run `make book` first")]
 
@@ -32,21 +29,6 @@ def test_every_english_page_has_a_chinese_twin():
     assert ZH_PAGES == PAGES
     for path in ZH_PAGES:
         assert '<html lang="zh-CN"' in (ZH / path).read_text(encoding="utf8"), path
-
-
-@pytest.mark.parametrize("path", ZH_PAGES)
-def test_page_loads_typesets_and_renders(page, server, path):
-    check_page_renders(page, f"{server}/zh/{path}")
-
-
-@pytest.mark.parametrize("path", ZH_PAGES)
-def test_static_sliders_change_the_frame(page, server, path):
-    check_sliders_change_the_frame(page, f"{server}/zh/{path}")
-
-
-@pytest.mark.parametrize("path", ZH_PAGES)
-def test_prose_shows_no_raw_markup(path):
-    assert not (left := raw_markup((ZH / path).read_text(encoding="utf8"))), f"zh/{path}: {left[:3]}"
 
 
 def _shared(html: str) -> tuple[list[str], list[str]]:
@@ -81,13 +63,7 @@ def test_language_switch_leads_both_ways(page, server):
 
 def test_chinese_prose_is_drawn_with_a_cjk_font(page, server):
     page.goto(f"{server}/zh/chapters/05-information-theory.html", wait_until="load")
-    page.evaluate("() => document.fonts.ready.then(() => true)")
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("DOM.enable")
-    cdp.send("CSS.enable")
-    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
-    para = cdp.send("DOM.querySelector", {"nodeId": root, "selector": "article section > p"})["nodeId"]
-    fonts = {f["familyName"] for f in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": para})["fonts"]}
+    fonts = fonts_drawing(page, "article section > p")
     assert any("CJK" in f or f in CJK_FONTS for f in fonts), f"Chinese prose drawn with {fonts}"
 
 
