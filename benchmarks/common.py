@@ -33,9 +33,10 @@ def recipe_models(vocab_size: int, seed: int = 0, **overrides) -> tuple[GPT, Ref
 
 def stack(model, kind: str):
     """(loss function, optimizer) for a model: ours uses the book's, the reference torch's built-ins."""
-    if kind == "ours":
-        return cross_entropy, AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99),
-                                    check_finite=False)  # as the trainer: with clipping its norm checks that
+    if kind == "ours":  # as the trainer: with clipping its norm checks finiteness; the groups flattened
+        opt = AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
+        opt.flatten_()
+        return cross_entropy, opt
     opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
     return (lambda z, y: F.cross_entropy(z.flatten(0, 1), y.flatten())), opt
 

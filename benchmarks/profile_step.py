@@ -5,7 +5,7 @@ milliseconds per step of the forward pass, backward pass and update, then the op
 Profiling inflates every operator's cost by a few microseconds, so the totals overstate the gap that
 ``train_speed.py`` measures; the *ranking* is what this script is for.
 
-    python benchmarks/profile_step.py [--rounds 6] [--steps 5] [--top 20]
+    python benchmarks/profile_step.py [--threads 1] [--rounds 6] [--steps 5] [--top 20]
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=5, help="profiled steps per round and model")
     ap.add_argument("--top", type=int, default=20, help="operators to list")
+    ap.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     corpus = default_corpus()
     ours, ref = recipe_models(corpus.tokenizer.vocab_size)
     steps = {kind: step_fn(m, kind, corpus.train, torch.Generator().manual_seed(0))

@@ -369,3 +369,89 @@ def test_zero_size_parameter_steps_like_torch():
     ps[0][1].grad = torch.tensor([0.0, float("nan"), 0.0], dtype=torch.float64)
     with pytest.raises(ValueError, match="non-finite"):
         opts[0].step()
+
+
+# ------------------------------------------------------------------ flatten_: one tensor per group (issue 18)
+def _storages(opt, group=0, key=None):
+    """The data pointers of the storages behind a group's parameters (or their state tensors ``key``)."""
+    return {(opt.state[p][key] if key else p).untyped_storage().data_ptr() for p in opt.param_groups[group]["params"]}
+
+
+def test_flattened_adamw_takes_the_very_same_steps():
+    """Flattening changes where the numbers live, not the arithmetic: bit-for-bit the unflattened run."""
+    a, b = tiny_model(), tiny_model()
+    opt_a = AdamW(decay_groups(a, 0.1), lr=3e-3, betas=(0.9, 0.99))
+    opt_b = AdamW(decay_groups(b, 0.1), lr=3e-3, betas=(0.9, 0.99))
+    opt_b.flatten_()
+    assert not opt_b.state  # as torch.optim: no state before the first step
+    for x, y in batches(8):
+        train_step(a, opt_a, x, y)
+        train_step(b, opt_b, x, y)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+        assert torch.equal(opt_a.state[p]["exp_avg_sq"], opt_b.state[q]["exp_avg_sq"])
+    for group in (0, 1):  # one storage per group for the parameters, the gradients and each moment
+        assert len(_storages(opt_b, group)) == 1 and len(_storages(opt_b, group, "exp_avg")) == 1
+        assert len({p.grad.untyped_storage().data_ptr() for p in opt_b.param_groups[group]["params"]}) == 1
+
+
+def test_flattened_zero_grad_keeps_the_views_and_zeroes_them():
+    model = tiny_model()
+    opt = AdamW(decay_groups(model, 0.1))
+    opt.flatten_()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and not g.any() for g in grads)
+    train_step(model, opt, *batches(1)[0])
+    assert any(g.any() for g in grads)
+    opt.zero_grad(set_to_none=True)
+    assert all(p.grad is g and not g.any() for p, g in zip(model.parameters(), grads, strict=True))
+
+
+def test_flattened_state_dict_round_trip_continues_exactly_and_stays_flat():
+    data = batches(10)
+    a, b = tiny_model(), tiny_model()
+    opt_a = AdamW(decay_groups(a, 0.1), lr=3e-3)
+    opt_a.flatten_()
+    for x, y in data[:5]:
+        train_step(a, opt_a, x, y)
+    b.load_state_dict(a.state_dict())  # copies into b's parameters
+    opt_b = AdamW(decay_groups(b, 0.1), lr=3e-3)
+    opt_b.flatten_()
+    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))
+    assert len(_storages(opt_b, 0, "exp_avg")) == 1 and _storages(opt_b, 0) != _storages(opt_a, 0)
+    for x, y in data[5:]:
+        train_step(a, opt_a, x, y)
+        train_step(b, opt_b, x, y)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_moving_a_flattened_model_falls_back_to_the_per_tensor_update():
+    """model.to() gives the parameters new tensors: the flat layout is gone, and the update must still be right."""
+    a, b = tiny_model().float(), tiny_model().float()
+    opt_a, opt_b = AdamW(a.parameters(), lr=3e-3), AdamW(b.parameters(), lr=3e-3)
+    opt_b.flatten_()
+    data = batches(6)
+    for x, y in data[:3]:
+        train_step(a, opt_a, x, y)
+        train_step(b, opt_b, x, y)
+    a.double(), b.double()
+    for opt in (opt_a, opt_b):  # the moments follow the parameters' dtype, as a load_state_dict would
+        for p in opt.param_groups[0]["params"]:
+            st = opt.state[p]
+            st["exp_avg"], st["exp_avg_sq"] = st["exp_avg"].double(), st["exp_avg_sq"].double()
+    for x, y in data[3:]:
+        train_step(a, opt_a, x, y)
+        train_step(b, opt_b, x, y)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    assert all(p.grad is not None and p.dtype == torch.float64 for p in b.parameters())
+
+
+def test_a_group_of_mixed_dtypes_is_left_as_it_is():
+    p, q = nn.Parameter(torch.ones(3)), nn.Parameter(torch.ones(2, dtype=torch.float64))
+    opt = AdamW([p, q], lr=0.1, weight_decay=0.0)
+    opt.flatten_()
+    assert p.grad is None and q.grad is None
+    p.grad, q.grad = torch.ones(3), torch.ones(2, dtype=torch.float64)
+    opt.step()
+    assert torch.allclose(p.detach(), torch.full((3,), 0.9))
+    assert torch.allclose(q.detach(), torch.full((2,), 0.9, dtype=torch.float64))

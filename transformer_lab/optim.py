@@ -16,13 +16,17 @@ tensor is a chunk of its own), meant to keep a chunk's tensors in the CPU's cach
 operations (seven without decay); the chunk size is not tuned. Which tensors decay is chosen by the parameter
 groups (:func:`decay_groups` puts those with two or more dimensions in the decayed one); ``AdamW`` applies each
 group's ``weight_decay`` as given.
+
+:meth:`AdamW.flatten_` (the trainer calls it) lays each group's parameters, gradients and moments out in one
+contiguous tensor apiece, the parameters becoming views into it: the same update, element by element, in eight
+operations per group instead of eight per tensor (on a CPU, ``_foreach_*`` runs tensor by tensor).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -56,6 +60,17 @@ def _chunks(params: list[torch.Tensor], size: int = _CHUNK) -> list[slice]:
     return [*out, slice(start, len(params))] if params else out
 
 
+@dataclass(eq=False)
+class _FlatGroup:
+    """A flattened group's tensors, each (n,) for the group's n numbers, and the views handed out of them."""
+
+    param: torch.Tensor
+    grad: torch.Tensor
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    views: list = field(default_factory=list)  # per parameter: (it, its data_ptr, its gradient, its m, its v)
+
+
 class AdamW(torch.optim.Optimizer):
     """Adam with bias correction and decoupled weight decay; same update as ``torch.optim.AdamW``.
 
@@ -68,6 +83,7 @@ class AdamW(torch.optim.Optimizer):
                  weight_decay: float = 0.01, *, check_finite: bool = True):
         _check_hyper(lr, betas, eps, weight_decay)
         self.check_finite = check_finite
+        self._flat: list[_FlatGroup | None] | None = None  # one per group once flatten_() ran
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def add_param_group(self, param_group: dict) -> None:
@@ -89,7 +105,15 @@ class AdamW(torch.optim.Optimizer):
         work = [(group, self._with_grad(group)) for group in self.param_groups]  # validate everything first
         if self.check_finite:
             self._check_finite([p for _, params in work for p in params])
-        for group, params in work:  # then update, group by group
+        for i, (group, params) in enumerate(work):  # then update, group by group
+            flat = self._intact(i)
+            if flat is not None and len(params) == len(group["params"]):
+                state = self.state.get(params[0])
+                t = (state["step"] if state else 0) + 1  # flatten_ checked that the group's steps agree
+                for p, _, _, m, v in flat.views:
+                    self.state[p].update(step=t, exp_avg=m, exp_avg_sq=v)
+                self._update([flat.param], [flat.grad], [flat.exp_avg], [flat.exp_avg_sq], [t], group)
+                continue
             steps = []
             for p in params:
                 state = self.state[p]
@@ -105,6 +129,81 @@ class AdamW(torch.optim.Optimizer):
             for c in _chunks(params):  # the same arithmetic as one call, without cache misses between ops
                 self._update(params[c], grads[c], ms[c], vs[c], steps[c], group)
         return loss
+
+    def flatten_(self) -> None:
+        """Give each group one contiguous tensor for its parameters, one for their gradients and one for each
+        moment; every parameter, gradient and moment becomes a view into them (values kept), so a step updates a
+        group in eight operations instead of eight per tensor. A group is left as it is when its parameters differ
+        in dtype or device or one is not contiguous.
+
+        Afterwards :meth:`zero_grad` fills those gradients with zeros (it never sets them to ``None``: the views
+        would be lost), so every parameter of a flattened group is updated at every step, as in a model that uses
+        all its parameters in every forward pass. Moving the parameters (``model.to``) or replacing a gradient
+        ends the flat layout of that group: the step then falls back to the per-tensor update. A loaded state is
+        flattened again (:meth:`load_state_dict`)."""
+        self._flat = [self._flatten_group(g["params"]) for g in self.param_groups]
+
+    def _flatten_group(self, params: list[torch.Tensor]) -> _FlatGroup | None:
+        if not params or len({(p.dtype, p.device) for p in params}) > 1 or not all(
+                p.is_contiguous() for p in params):
+            return None
+        first = params[0]
+        align = max(1, 64 // first.element_size())  # each view starts on a 64-byte boundary, as a tensor of its own
+        starts, n = [], 0
+        for p in params:
+            starts.append(n)
+            n += -(-p.numel() // align) * align
+        # the padding between views stays 0 in all four tensors: its update is 0
+        flat = _FlatGroup(*(torch.zeros(n, dtype=first.dtype, device=first.device) for _ in range(4)))
+        for p, start in zip(params, starts, strict=True):
+            part = slice(start, start + p.numel())  # p's numbers in each flat tensor
+            view = [t[part].view_as(p) for t in (flat.param, flat.grad, flat.exp_avg, flat.exp_avg_sq)]
+            view[0].copy_(p.detach())
+            p.data = view[0]
+            if p.grad is not None:
+                view[1].copy_(p.grad)
+            p.grad = view[1]
+            state = self.state.get(p)
+            if state:  # moments from earlier steps or a loaded state; a new state gets the views at its first step
+                view[2].copy_(state["exp_avg"])
+                view[3].copy_(state["exp_avg_sq"])
+                state.update(exp_avg=view[2], exp_avg_sq=view[3])
+            flat.views.append((p, p.data_ptr(), *view[1:]))
+        if len({self.state[p]["step"] if self.state.get(p) else None for p in params}) > 1:
+            return None  # tensors that took different numbers of steps (a loaded state): updated one by one
+        return flat
+
+    def _intact(self, i: int) -> _FlatGroup | None:
+        """Group i's flat tensors if every parameter, gradient and moment of the group is still a view of them."""
+        flat = None if self._flat is None or i >= len(self._flat) else self._flat[i]
+        if flat is None or len(self.param_groups[i]["params"]) != len(flat.views):
+            return None
+        for p, (q, ptr, g, m, v) in zip(self.param_groups[i]["params"], flat.views, strict=True):
+            state = self.state.get(p)
+            if p is not q or p.data_ptr() != ptr or p.grad is not g or (state and (
+                    state["exp_avg"] is not m or state["exp_avg_sq"] is not v)):
+                return None
+        return flat
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the gradients: a flattened group's with one fill (kept as views), the others as ``torch.optim``
+        does (set to ``None``, or zeroed in place with ``set_to_none=False``)."""
+        for i, group in enumerate(self.param_groups):
+            flat = self._intact(i)
+            if flat is not None:
+                flat.grad.zero_()
+                continue
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                    continue
+                if p.grad.grad_fn is not None:
+                    p.grad.detach_()
+                else:
+                    p.grad.requires_grad_(False)
+                p.grad.zero_()
 
     def _with_grad(self, group: dict) -> list[torch.Tensor]:
         """The parameters of ``group`` that have a gradient, after checking the group's lr and their shapes
@@ -172,6 +271,8 @@ class AdamW(torch.optim.Optimizer):
         for state in self.state.values():
             if "step" in state:
                 state["step"] = int(state["step"])
+        if self._flat is not None:  # the loaded moments are new tensors: into the flat layout with them
+            self.flatten_()
 
 
 def decay_groups(model: nn.Module, weight_decay: float) -> list[dict]:
