@@ -31,11 +31,14 @@ def recipe_models(vocab_size: int, seed: int = 0, **overrides) -> tuple[GPT, Ref
     return ours, ref
 
 
-def stack(model, kind: str):
-    """(loss function, optimizer) for a model: ours uses the book's, the reference torch's built-ins."""
-    if kind == "ours":  # as the trainer: with clipping its norm checks finiteness; the groups flattened
+def stack(model, kind: str, *, compile: bool = False):
+    """(loss function, optimizer) for a model: ours uses the book's, the reference torch's built-ins.
+
+    Ours is set up as the trainer sets it up: clipping's norm checks finiteness (so AdamW need not), the groups
+    flattened, and with ``compile`` (a compiled model) the flat update compiled too."""
+    if kind == "ours":
         opt = AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
-        opt.flatten_()
+        opt.flatten_(compile=compile)
         return cross_entropy, opt
     opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
     return (lambda z, y: F.cross_entropy(z.flatten(0, 1), y.flatten())), opt

@@ -34,7 +34,7 @@ class Run:
 
     def __init__(self, model, kind: str, corpus, *, max_iters: int, seed: int = 1337, compile: bool = False):
         self.model, self.corpus, self.max_iters = model, corpus, max_iters
-        self.loss_fn, self.opt = stack(model, kind)
+        self.loss_fn, self.opt = stack(model, kind, compile=compile)
         self.schedule = WarmupCosine(1e-3, 1e-4, min(100, max_iters // 10), max_iters)
         self.generator = torch.Generator().manual_seed(seed)
         self.forward = torch.compile(model) if compile else model  # compiled on the first step, inside the timing

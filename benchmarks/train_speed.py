@@ -5,7 +5,8 @@ All four start from the same weights and train on the same batches; timing alter
 (the order reversed every other round), so a busy, shared machine slows them alike. For each thread count it prints
 tokens/s (the median of the rounds), each one's ratio to the eager built-in reference (the median of the rounds'
 ratios: the number we quote) and the share of the machine's measured float32 matmul peak (FLOP/s) each step uses.
-"Compiled" wraps the model's forward in ``torch.compile``, as ``Trainer(compile=True)`` does; its kernels are kept
+"Compiled" wraps the model's forward in ``torch.compile``, as ``Trainer(compile=True)`` does (which for ours also
+compiles the optimizer's flat update, :meth:`~transformer_lab.optim.AdamW.flatten_`); its kernels are kept
 in :func:`~transformer_lab.train.use_compile_cache`'s directory, and the warm-up that compiles (or reads the cache)
 is timed and printed.
 
@@ -55,7 +56,7 @@ def variants(vocab_size: int, block_size: int, compiled: bool) -> dict:
         ours, ref = recipe_models(vocab_size, block_size=block_size)  # the same initial weights for all four
         for kind, model in (("ours", ours), ("reference", ref)):
             call = torch.compile(model) if mode == "compiled" else model
-            out[f"{kind} {mode}"] = (call, *stack(model, kind), model)
+            out[f"{kind} {mode}"] = (call, *stack(model, kind, compile=mode == "compiled"), model)
     return out
 
 

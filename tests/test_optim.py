@@ -455,3 +455,27 @@ def test_a_group_of_mixed_dtypes_is_left_as_it_is():
     opt.step()
     assert torch.allclose(p.detach(), torch.full((3,), 0.9))
     assert torch.allclose(q.detach(), torch.full((2,), 0.9, dtype=torch.float64))
+
+
+def test_compiled_flat_update_matches_the_eager_one_and_compiles_once():
+    """flatten_(compile=True): one generated kernel per group, the same update up to float32 round-off, and no
+    new compile when the learning rate or the step changes (they reach the kernel as a tensor)."""
+    from transformer_lab.train import compile_problem
+    if compile_problem("cpu") is not None:
+        pytest.skip(f"this machine cannot compile: {compile_problem('cpu')}")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    a, b = tiny_model().float(), tiny_model().float()
+    opt_a = AdamW(decay_groups(a, 0.1), lr=3e-3)
+    opt_b = AdamW(decay_groups(b, 0.1), lr=3e-3)
+    opt_a.flatten_()
+    opt_b.flatten_(compile=True)
+    for i, (x, y) in enumerate(batches(6)):
+        for opt in (opt_a, opt_b):
+            for group in opt.param_groups:
+                group["lr"] = 3e-3 * (i + 1) / 6  # a warm-up: a new learning rate every step
+        train_step(a, opt_a, x, y)
+        train_step(b, opt_b, x, y)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # one per group (their sizes differ), no more

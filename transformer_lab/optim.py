@@ -60,6 +60,17 @@ def _chunks(params: list[torch.Tensor], size: int = _CHUNK) -> list[slice]:
     return [*out, slice(start, len(params))] if params else out
 
 
+def _flat_update(param, grad, exp_avg, exp_avg_sq, hyper) -> None:
+    """:meth:`AdamW._update` for one tensor, written for ``torch.compile``: the hyperparameters come in one
+    tensor (so a new learning rate or step does not compile again), ``hyper`` = (ηλ, 1 − β₁, β₂, ε,
+    −η / (1 − β₁ᵗ), √(1 − β₂ᵗ))."""
+    decay, one_minus_beta1, beta2, eps, step_size, bc2_sqrt = hyper.unbind()
+    param.mul_(1 - decay)  # θ ← θ(1 − ηλ)
+    exp_avg.lerp_(grad, one_minus_beta1)  # m ← β₁ m + (1 − β₁) g
+    exp_avg_sq.mul_(beta2).add_((1 - beta2) * grad * grad)  # v ← β₂ v + (1 − β₂) g²
+    param.add_(step_size * exp_avg / (exp_avg_sq.sqrt() / bc2_sqrt + eps))  # θ ← θ − η m̂ / (√v̂ + ε)
+
+
 @dataclass(eq=False)
 class _FlatGroup:
     """A flattened group's tensors, each (n,) for the group's n numbers, and the views handed out of them."""
@@ -84,6 +95,7 @@ class AdamW(torch.optim.Optimizer):
         _check_hyper(lr, betas, eps, weight_decay)
         self.check_finite = check_finite
         self._flat: list[_FlatGroup | None] | None = None  # one per group once flatten_() ran
+        self._kernel = None  # _flat_update compiled, after flatten_(compile=True)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def add_param_group(self, param_group: dict) -> None:
@@ -112,7 +124,13 @@ class AdamW(torch.optim.Optimizer):
                 t = (state["step"] if state else 0) + 1  # flatten_ checked that the group's steps agree
                 for p, _, _, m, v in flat.views:
                     self.state[p].update(step=t, exp_avg=m, exp_avg_sq=v)
-                self._update([flat.param], [flat.grad], [flat.exp_avg], [flat.exp_avg_sq], [t], group)
+                if self._kernel is None:
+                    self._update([flat.param], [flat.grad], [flat.exp_avg], [flat.exp_avg_sq], [t], group)
+                else:
+                    (beta1, beta2), lr = group["betas"], group["lr"]
+                    hyper = torch.tensor([lr * group["weight_decay"], 1 - beta1, beta2, group["eps"],
+                                          -lr / (1 - beta1**t), math.sqrt(1 - beta2**t)], dtype=torch.float64)
+                    self._kernel(flat.param, flat.grad, flat.exp_avg, flat.exp_avg_sq, hyper.to(flat.param.device))
                 continue
             steps = []
             for p in params:
@@ -130,7 +148,7 @@ class AdamW(torch.optim.Optimizer):
                 self._update(params[c], grads[c], ms[c], vs[c], steps[c], group)
         return loss
 
-    def flatten_(self) -> None:
+    def flatten_(self, *, compile: bool = False) -> None:
         """Give each group one contiguous tensor for its parameters, one for their gradients and one for each
         moment; every parameter, gradient and moment becomes a view into them (values kept), so a step updates a
         group in eight operations instead of eight per tensor. A group is left as it is when its parameters differ
@@ -140,8 +158,14 @@ class AdamW(torch.optim.Optimizer):
         would be lost), so every parameter of a flattened group is updated at every step, as in a model that uses
         all its parameters in every forward pass. Moving the parameters (``model.to``) or replacing a gradient
         ends the flat layout of that group: the step then falls back to the per-tensor update. A loaded state is
-        flattened again (:meth:`load_state_dict`)."""
+        flattened again (:meth:`load_state_dict`).
+
+        ``compile=True`` (the trainer's default when it compiles the model) runs a flat group's update through
+        ``torch.compile`` (:func:`_flat_update`): one generated kernel instead of eight passes over the tensors,
+        compiled once for all steps and learning rates; equal to the eager update up to float round-off."""
         self._flat = [self._flatten_group(g["params"]) for g in self.param_groups]
+        if compile and self._kernel is None:
+            self._kernel = torch.compile(_flat_update, fullgraph=True, dynamic=False)
 
     def _flatten_group(self, params: list[torch.Tensor]) -> _FlatGroup | None:
         if not params or len({(p.dtype, p.device) for p in params}) > 1 or not all(

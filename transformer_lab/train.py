@@ -214,7 +214,8 @@ class Trainer:
         # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
         self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
-        self.optimizer.flatten_()  # one tensor per group: the update in eight operations per group, not per tensor
+        # one tensor per group: the update in eight operations per group, not per tensor (one kernel when compiled)
+        self.optimizer.flatten_(compile=compile)
         self.schedule = WarmupCosine(c.lr, c.min_lr, c.warmup, c.max_iters)
         self.generator = torch.Generator().manual_seed(c.seed)  # the batch sampler, the same on every rank
         torch.manual_seed(c.seed + world.rank)  # dropout draws from the global generator, its own on each rank
