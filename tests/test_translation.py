@@ -30,8 +30,7 @@ def test_every_message_of_the_page_is_translated(page):
 
 def test_every_catalogue_belongs_to_a_page():
     pages = {s.page for s in STATS}
-    orphans = [p for p in i18n.CATALOGUES.rglob("*.po") if p.relative_to(i18n.CATALOGUES).with_suffix("").as_posix()
-               not in pages]
+    orphans = [p for p in i18n.pages() if p not in pages]
     assert pages and not orphans, f"catalogues of pages that no longer exist: {orphans}"
 
 
@@ -89,12 +88,12 @@ def test_checker_rejects_a_typical_slip(slip):
 def test_a_sentence_the_code_wrote_with_new_numbers_keeps_its_translation():
     """A re-execution measures another time: the sentence keeps its translation with the new numbers in place, in
     whatever order the Chinese puts them; other words, or one old number becoming two new ones, get none."""
-    known = {"Here: `exp` 164 µs, `exp2` 59 µs per call, a ratio of 2.8.":
-             "比值为 2.8：`exp2` 每次 59 µs，`exp` 164 µs。"}
+    known = i18n.by_skeleton({"Here: `exp` 164 µs, `exp2` 59 µs per call, a ratio of 2.8.":
+                              "比值为 2.8：`exp2` 每次 59 µs，`exp` 164 µs。"})
     assert (i18n.renumbered("Here: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known)
             == "比值为 2.5：`exp2` 每次 60 µs，`exp` 150 µs。")
     assert i18n.renumbered("There: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known) is None
-    comma = {"The uncached one 40,550, an average of 135.": "不带缓存的 40,550 个，平均 135。"}
+    comma = i18n.by_skeleton({"The uncached one 40,550, an average of 135.": "不带缓存的 40,550 个，平均 135。"})
     assert i18n.renumbered("The uncached one 41,000, an average of 136.", comma) == "不带缓存的 41,000 个，平均 136。"
-    twice = {"From 2 to 2 steps.": "从 2 步到 2 步。"}
+    twice = i18n.by_skeleton({"From 2 to 2 steps.": "从 2 步到 2 步。"})
     assert i18n.renumbered("From 2 to 3 steps.", twice) is None

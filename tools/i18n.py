@@ -105,21 +105,29 @@ def skeleton(text: str) -> str:
     return NUMBER.sub("#", text)
 
 
-def renumbered(msgid: str, translations: dict[str, str]) -> str | None:
+def by_skeleton(translations: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """{skeleton: (English, translation)} of the translated messages, the first of those that share a skeleton:
+    the index :func:`renumbered` looks a sentence up in."""
+    index: dict[str, tuple[str, str]] = {}
+    for en, zh in translations.items():
+        if zh:
+            index.setdefault(skeleton(en), (en, zh))
+    return index
+
+
+def renumbered(msgid: str, index: dict[str, tuple[str, str]]) -> str | None:
     """The translation of a sentence that the code wrote with numbers other than those of its translated version
-    (a measured time, a loss after a re-execution): the translation of the message with the same words, each of
-    its old numbers replaced by the new number in the same place of the English. None when there is no such
-    message, or when one old number would become two different new ones."""
-    key = skeleton(msgid)
-    for old_id, old in translations.items():
-        if not old or skeleton(old_id) != key:
-            continue
-        new_of: dict[str, str] = {}
-        for a, b in zip(NUMBER.findall(old_id), NUMBER.findall(msgid), strict=True):
-            if new_of.setdefault(a.replace(",", ""), b) != b:
-                return None
-        return NUMBER.sub(lambda m, new_of=new_of: new_of.get(m.group().replace(",", ""), m.group()), old)
-    return None
+    (a measured time, a loss after a re-execution): the translation of the message with the same words (found in
+    ``index``, :func:`by_skeleton`), each of its old numbers replaced by the new number in the same place of the
+    English. None when there is no such message, or when one old number would become two different new ones."""
+    if (found := index.get(skeleton(msgid))) is None:
+        return None
+    old_id, old = found
+    new_of: dict[str, str] = {}
+    for a, b in zip(NUMBER.findall(old_id), NUMBER.findall(msgid), strict=True):
+        if new_of.setdefault(a.replace(",", ""), b) != b:
+            return None
+    return NUMBER.sub(lambda m: new_of.get(m.group().replace(",", ""), m.group()), old)
 
 
 def glossary() -> list[tuple[str, str, bool]]:
@@ -166,11 +174,20 @@ def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None 
     return out
 
 
-def catalogue(page: str):
+def pages(root: Path = CATALOGUES, suffix: str = ".po") -> list[str]:
+    """The names of the pages that have a file ending in ``suffix`` under ``root``, e.g. ``chapters/08-mini-gpt``."""
+    return sorted(f.relative_to(root).with_suffix("").as_posix() for f in root.rglob(f"*{suffix}"))
+
+
+def _read(path: Path):
     from babel.messages.pofile import read_po
 
-    with (CATALOGUES / f"{page}.po").open("rb") as f:
+    with path.open("rb") as f:
         return read_po(f)
+
+
+def catalogue(page: str):
+    return _read(CATALOGUES / f"{page}.po")
 
 
 def save(page: str, cat) -> None:
@@ -182,17 +199,15 @@ def save(page: str, cat) -> None:
 
 def translations() -> dict[str, dict[str, str]]:
     """Every catalogue's translated messages, {page: {English: Chinese}}."""
-    pages = [po.relative_to(CATALOGUES).with_suffix("").as_posix() for po in sorted(CATALOGUES.rglob("*.po"))]
-    return {page: translated(page) for page in pages}
+    return {page: translated(page) for page in pages()}
 
 
 def prefill(before: dict[str, dict[str, str]] | None = None) -> None:
     """After ``sphinx-intl update``: copy into every catalogue the messages with nothing to translate (math, code,
     Chinese quotations), and give a message that only changed its numbers (marked fuzzy by the update) the
     translation it had ``before`` the update, with the new numbers (:func:`renumbered`)."""
-    for po in sorted(CATALOGUES.rglob("*.po")):
-        page = po.relative_to(CATALOGUES).with_suffix("").as_posix()
-        cat, changed, old = catalogue(page), False, (before or {}).get(page, {})
+    for page in pages():
+        cat, changed, old = catalogue(page), False, by_skeleton((before or {}).get(page, {}))
         for m in cat:
             if not m.id:
                 continue
@@ -245,12 +260,11 @@ def fill(page: str, path: str) -> int:
     return check([page], only=set(given)) or (1 if unknown else 0)
 
 
-def check(pages: list[str], only: set[str] | None = None) -> int:
+def check(names: list[str], only: set[str] | None = None) -> int:
     """Print every problem of the pages' translations (all pages when none are named; of the messages ``only``
     when given); 1 if there are any."""
     terms, bad = glossary(), 0
-    names = pages or sorted(p.relative_to(CATALOGUES).with_suffix("").as_posix() for p in CATALOGUES.rglob("*.po"))
-    for page in names:
+    for page in names or pages():
         for m in catalogue(page):
             if not m.id or (only is not None and m.id not in only):
                 continue
@@ -285,8 +299,9 @@ def _renumber_transform():
             known = getattr(catalog, "_catalog", None)
             if not found or known is None:
                 return
+            index = by_skeleton(known)
             for _, msg in extract_messages(self.document):
-                if msg not in known and (filled := renumbered(msg, known)) is not None:
+                if msg not in known and (filled := renumbered(msg, index)) is not None:
                     known[msg] = filled
 
     return Renumber
@@ -337,22 +352,16 @@ def stats(templates: Path = TEMPLATES, catalogues: Path = CATALOGUES) -> list[Pa
     """For each page's template: how many of its messages the page's catalogue translates (not fuzzy, not empty;
     math and code need no entry, a sentence the code wrote with new numbers is translated by :func:`renumbered`),
     and which are fuzzy or missing."""
-    from babel.messages.pofile import read_po
-
     out = []
-    for pot in sorted(templates.rglob("*.pot")):
-        page = pot.relative_to(templates).with_suffix("").as_posix()
-        with pot.open("rb") as f:
-            wanted = [m.id for m in read_po(f) if m.id]
+    for page in pages(templates, ".pot"):
+        wanted = [m.id for m in _read(templates / f"{page}.pot") if m.id]
         po = catalogues / f"{page}.po"
-        done: dict[str, object] = {}
-        if po.exists():
-            with po.open("rb") as f:
-                done = {m.id: m for m in read_po(f) if m.id}
+        done = {m.id: m for m in _read(po) if m.id} if po.exists() else {}
         translated = {i: m.string for i, m in done.items() if m.string and not m.fuzzy}
         fuzzy = [i for i in wanted if i in done and done[i].string and done[i].fuzzy]
+        index = by_skeleton(translated)
         missing = [i for i in wanted if i not in fuzzy and i not in translated and not nothing_to_translate(i)
-                   and renumbered(i, translated) is None]
+                   and renumbered(i, index) is None]
         out.append(PageStats(page, len(wanted), len(wanted) - len(fuzzy) - len(missing), fuzzy, missing))
     return out
 
@@ -424,8 +433,8 @@ def main(args: list[str]) -> int:
             return pairs(page)
         case ["fill", page, path]:
             return fill(page, path)
-        case ["check", *pages]:
-            return check(pages)
+        case ["check", *names]:
+            return check(names)
     print(usage, file=sys.stderr)
     return 2
 
