@@ -412,7 +412,7 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCHMARKS = ("kernels", "train_speed", "compile_startup", "generate_speed", "recipe", "profile_step",
+BENCHMARKS = ("kernels", "components", "train_speed", "compile_startup", "generate_speed", "recipe", "profile_step",
               "allreduce")  # in benchmarks/
 
 
