@@ -6,8 +6,9 @@ alternating rounds (the order reversed every other round), takes the median wall
 difference by the number of calls in one training step of the recipe GPT (9 LayerNorms, 4 attentions, 4 GELUs, one
 loss, one update). The sum of those differences is the part of the step gap that the components explain; matrix
 products, the same in both models, are left out. Then, the same way, one whole block (ours against the reference's,
-the same weights; 4 per step) and the whole model's forward and backward with its loss (no optimizer step): what
-the parts add up to once they run together.
+the same weights; 4 per step) and the whole model's forward and backward with its loss (no optimizer step), whose
+difference is printed beside the sum of the parts' without the update: what the parts add up to once they run
+together.
 
     python benchmarks/components.py [--threads 1 2] [--rounds 9] [--number 50]
 """
@@ -56,7 +57,9 @@ def parts() -> dict[str, tuple]:
     idx = torch.randint(0, V, (B, T), generator=g)
 
     def attention_ours():
-        _sdpa(q, k, v, None, None, 0.0, None, True, False)[0].backward(go)
+        out, _ = _sdpa(q, k, v, mask=None, scale=None, dropout=0.0, generator=None, is_causal=True,
+                       need_weights=False)
+        out.backward(go)
 
     def attention_ref():
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(go)
@@ -104,7 +107,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(threads)
         print(f"one forward + backward (the optimizer: one step), {threads} thread(s), median of {args.rounds} "
               f"alternating rounds, wall time per call")
-        total = 0.0
+        total = update = model = 0.0
         for name, (calls, ours, ref) in parts().items():
             for fn in (ours, ref):  # warm-up
                 for _ in range(10):
@@ -120,8 +123,12 @@ def main(argv=None) -> dict:
             if name == WHOLES[0]:
                 print(f"  {'the parts above, per training step':34s} {total:+6.2f} ms (ours minus built-in)")
             total += 0.0 if name in WHOLES else per_step
+            update = per_step if "AdamW" in name else update
+            model = per_step if name == WHOLES[1] else model
             print(f"  {name:34s} ours {t_ours:7.1f} us  built-in {t_ref:7.1f} us  ({t_ours / t_ref:4.2f}x)  "
                   f"x{calls} per step: {per_step:+6.2f} ms")
+        print(f"  the model and its loss {model:+.2f} ms per step, its parts without the update "
+              f"{total - update:+.2f} ms: {model - (total - update):+.2f} ms between the parts")
     return out
 
 

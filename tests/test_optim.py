@@ -479,3 +479,42 @@ def test_compiled_flat_update_matches_the_eager_one_and_compiles_once():
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # one per group (their sizes differ), no more
+
+
+def test_flatten_refuses_before_it_moves_anything():
+    """A group it will not flatten (a frozen parameter; states that took different numbers of steps) keeps its
+    tensors and their gradients as they were: a parameter without a gradient is not updated."""
+    frozen, live = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(3))
+    frozen.requires_grad_(False)
+    opt = AdamW([frozen, live], lr=0.1, weight_decay=0.0)
+    opt.flatten_()
+    assert frozen.grad is None and live.grad is None
+    live.grad = torch.ones(3)
+    opt.step()
+    assert torch.equal(frozen.detach(), torch.ones(2)) and not opt.state.get(frozen)
+    p, q = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(2))
+    opt = AdamW([p, q], lr=0.1, weight_decay=0.0)
+    p.grad = torch.ones(2)
+    opt.step()  # p has taken one step, q none (it had no gradient)
+    opt.flatten_()
+    assert q.grad is None and p.untyped_storage().data_ptr() != q.untyped_storage().data_ptr()
+    opt.step()
+    assert torch.equal(q.detach(), torch.ones(2)) and opt.state[p]["step"] == 2
+
+
+def test_flatten_refuses_a_loaded_moment_of_another_shape():
+    p = nn.Parameter(torch.ones(2, 3))
+    opt = AdamW([p])
+    opt.state[p].update(step=1, exp_avg=torch.zeros(3), exp_avg_sq=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"state 'exp_avg' has shape \(3,\), parameter has \(2, 3\)"):
+        opt.flatten_()
+
+
+def test_a_copy_of_a_flattened_optimizer_works():
+    model = tiny_model()
+    opt = AdamW(decay_groups(model, 0.1))
+    opt.flatten_()
+    train_step(model, opt, *batches(1)[0])
+    twin = copy.deepcopy(opt)  # torch.optim keeps only defaults, state and groups: the copy steps tensor by tensor
+    twin.zero_grad()
+    assert all(p.grad is None for g in twin.param_groups for p in g["params"])

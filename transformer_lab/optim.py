@@ -63,7 +63,8 @@ def _chunks(params: list[torch.Tensor], size: int = _CHUNK) -> list[slice]:
 def _flat_update(param, grad, exp_avg, exp_avg_sq, hyper) -> None:
     """:meth:`AdamW._update` for one tensor, written for ``torch.compile``: the hyperparameters come in one
     tensor (so a new learning rate or step does not compile again), ``hyper`` = (ηλ, 1 − β₁, β₂, ε,
-    −η / (1 − β₁ᵗ), √(1 − β₂ᵗ))."""
+    −η / (1 − β₁ᵗ), √(1 − β₂ᵗ)). Compiled with ``dynamic=False``: one graph per flat-tensor length, shared by every
+    optimizer in the process (more than torch._dynamo's recompile limit of such lengths would run eagerly)."""
     decay, one_minus_beta1, beta2, eps, step_size, bc2_sqrt = hyper.unbind()
     param.mul_(1 - decay)  # θ ← θ(1 − ηλ)
     exp_avg.lerp_(grad, one_minus_beta1)  # m ← β₁ m + (1 − β₁) g
@@ -73,7 +74,8 @@ def _flat_update(param, grad, exp_avg, exp_avg_sq, hyper) -> None:
 
 @dataclass(eq=False)
 class _FlatGroup:
-    """A flattened group's tensors, each (n,) for the group's n numbers, and the views handed out of them."""
+    """A flattened group's tensors, each (n,): the group's numbers, each parameter's starting on a 64-byte boundary
+    (n counts the zero padding between them), and the views handed out of them."""
 
     param: torch.Tensor
     grad: torch.Tensor
@@ -90,12 +92,14 @@ class AdamW(torch.optim.Optimizer):
     per step; an L2 norm would overflow to inf on large finite entries, e.g. float16 gradients of 10⁴).
     """
 
+    # set per optimizer by flatten_(); class defaults for a copy (torch.optim's __getstate__ keeps only the state)
+    _flat: list[_FlatGroup | None] | None = None  # one per group
+    _kernel = None  # _flat_update compiled, with flatten_(compile=True)
+
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, *, check_finite: bool = True):
         _check_hyper(lr, betas, eps, weight_decay)
         self.check_finite = check_finite
-        self._flat: list[_FlatGroup | None] | None = None  # one per group once flatten_() ran
-        self._kernel = None  # _flat_update compiled, after flatten_(compile=True)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
     def add_param_group(self, param_group: dict) -> None:
@@ -118,8 +122,8 @@ class AdamW(torch.optim.Optimizer):
         if self.check_finite:
             self._check_finite([p for _, params in work for p in params])
         for i, (group, params) in enumerate(work):  # then update, group by group
-            flat = self._intact(i)
-            if flat is not None and len(params) == len(group["params"]):
+            flat = self._intact(i)  # then every parameter of the group has its gradient view: none left out
+            if flat is not None:
                 state = self.state.get(params[0])
                 t = (state["step"] if state else 0) + 1  # flatten_ checked that the group's steps agree
                 for p, _, _, m, v in flat.views:
@@ -129,7 +133,8 @@ class AdamW(torch.optim.Optimizer):
                 else:
                     (beta1, beta2), lr = group["betas"], group["lr"]
                     hyper = torch.tensor([lr * group["weight_decay"], 1 - beta1, beta2, group["eps"],
-                                          -lr / (1 - beta1**t), math.sqrt(1 - beta2**t)], dtype=torch.float64)
+                                          -lr / (1 - beta1**t), math.sqrt(1 - beta2**t)],
+                                         dtype=torch.promote_types(flat.param.dtype, torch.float32))
                     self._kernel(flat.param, flat.grad, flat.exp_avg, flat.exp_avg_sq, hyper.to(flat.param.device))
                 continue
             steps = []
@@ -152,7 +157,8 @@ class AdamW(torch.optim.Optimizer):
         """Give each group one contiguous tensor for its parameters, one for their gradients and one for each
         moment; every parameter, gradient and moment becomes a view into them (values kept), so a step updates a
         group in eight operations instead of eight per tensor. A group is left as it is when its parameters differ
-        in dtype or device or one is not contiguous.
+        in dtype or device, when one is not contiguous or does not require a gradient, or when their loaded states
+        took different numbers of steps. A loaded moment of the wrong shape raises ``ValueError``.
 
         Afterwards :meth:`zero_grad` fills those gradients with zeros (it never sets them to ``None``: the views
         would be lost), so every parameter of a flattened group is updated at every step, as in a model that uses
@@ -168,9 +174,16 @@ class AdamW(torch.optim.Optimizer):
             self._kernel = torch.compile(_flat_update, fullgraph=True, dynamic=False)
 
     def _flatten_group(self, params: list[torch.Tensor]) -> _FlatGroup | None:
-        if not params or len({(p.dtype, p.device) for p in params}) > 1 or not all(
-                p.is_contiguous() for p in params):
-            return None
+        states = [self.state.get(p) for p in params]
+        for p, state in zip(params, states, strict=True):
+            for key in ("exp_avg", "exp_avg_sq") if state else ():
+                if state[key].shape != p.shape:
+                    raise ValueError(f"state {key!r} has shape {tuple(state[key].shape)}, parameter has "
+                                     f"{tuple(p.shape)} (a state_dict from another model?)")
+        if (not params or len({(p.dtype, p.device) for p in params}) > 1
+                or not all(p.is_contiguous() and p.requires_grad for p in params)
+                or len({state["step"] if state else None for state in states}) > 1):
+            return None  # left as it is, updated tensor by tensor (checked before anything is moved)
         first = params[0]
         align = max(1, 64 // first.element_size())  # each view starts on a 64-byte boundary, as a tensor of its own
         starts, n = [], 0
@@ -179,7 +192,7 @@ class AdamW(torch.optim.Optimizer):
             n += -(-p.numel() // align) * align
         # the padding between views stays 0 in all four tensors: its update is 0
         flat = _FlatGroup(*(torch.zeros(n, dtype=first.dtype, device=first.device) for _ in range(4)))
-        for p, start in zip(params, starts, strict=True):
+        for p, state, start in zip(params, states, starts, strict=True):
             part = slice(start, start + p.numel())  # p's numbers in each flat tensor
             view = [t[part].view_as(p) for t in (flat.param, flat.grad, flat.exp_avg, flat.exp_avg_sq)]
             view[0].copy_(p.detach())
@@ -187,14 +200,11 @@ class AdamW(torch.optim.Optimizer):
             if p.grad is not None:
                 view[1].copy_(p.grad)
             p.grad = view[1]
-            state = self.state.get(p)
             if state:  # moments from earlier steps or a loaded state; a new state gets the views at its first step
                 view[2].copy_(state["exp_avg"])
                 view[3].copy_(state["exp_avg_sq"])
                 state.update(exp_avg=view[2], exp_avg_sq=view[3])
             flat.views.append((p, p.data_ptr(), *view[1:]))
-        if len({self.state[p]["step"] if self.state.get(p) else None for p in params}) > 1:
-            return None  # tensors that took different numbers of steps (a loaded state): updated one by one
         return flat
 
     def _intact(self, i: int) -> _FlatGroup | None:
@@ -204,7 +214,7 @@ class AdamW(torch.optim.Optimizer):
             return None
         for p, (q, ptr, g, m, v) in zip(self.param_groups[i]["params"], flat.views, strict=True):
             state = self.state.get(p)
-            if p is not q or p.data_ptr() != ptr or p.grad is not g or (state and (
+            if p is not q or not p.requires_grad or p.data_ptr() != ptr or p.grad is not g or (state and (
                     state["exp_avg"] is not m or state["exp_avg_sq"] is not v)):
                 return None
         return flat
