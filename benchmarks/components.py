@@ -128,7 +128,7 @@ def main(argv=None) -> dict:
             print(f"  {name:34s} ours {t_ours:7.1f} us  built-in {t_ref:7.1f} us  ({t_ours / t_ref:4.2f}x)  "
                   f"x{calls} per step: {per_step:+6.2f} ms")
         print(f"  the model and its loss {model:+.2f} ms per step, its parts without the update "
-              f"{total - update:+.2f} ms: {model - (total - update):+.2f} ms between the parts")
+              f"{total - update:+.2f} ms: {model - (total - update):+.2f} ms not explained by the parts")
     return out
 
 

@@ -515,6 +515,13 @@ def test_a_copy_of_a_flattened_optimizer_works():
     opt = AdamW(decay_groups(model, 0.1))
     opt.flatten_()
     train_step(model, opt, *batches(1)[0])
-    twin = copy.deepcopy(opt)  # torch.optim keeps only defaults, state and groups: the copy steps tensor by tensor
+    twin = copy.deepcopy(opt)  # a copy is not flattened: it steps tensor by tensor, as the original would
     twin.zero_grad()
-    assert all(p.grad is None for g in twin.param_groups for p in g["params"])
+    assert all(p.grad is None for g in twin.param_groups for p in g["params"]) and twin.check_finite
+    for g in twin.param_groups:
+        for p in g["params"]:
+            p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for g in twin.param_groups for p in g["params"]]
+    twin.step()
+    after = [p.detach() for g in twin.param_groups for p in g["params"]]
+    assert all(not torch.equal(b, a) for b, a in zip(before, after, strict=True))

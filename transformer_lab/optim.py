@@ -102,6 +102,10 @@ class AdamW(torch.optim.Optimizer):
         self.check_finite = check_finite
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
+    def __getstate__(self) -> dict:
+        """What a copy or a pickle keeps: torch.optim's defaults, state and groups, and ``check_finite``."""
+        return {**super().__getstate__(), "check_finite": self.check_finite}
+
     def add_param_group(self, param_group: dict) -> None:
         g = {**self.defaults, **param_group}
         _check_hyper(g["lr"], g["betas"], g["eps"], g["weight_decay"])
