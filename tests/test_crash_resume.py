@@ -76,15 +76,18 @@ def _last_good(out: Path) -> int | None:
 def test_killed_anywhere_the_last_checkpoint_loads_and_resume_matches(text, tmp_path):
     t0 = time.perf_counter()
     ref = tmp_path / "ref" / "run.json"
+    # two writers: a trainer that finds --out's lock held by a live process is refused and leaves the lock alone.
+    # This test process holds it, standing in for a running trainer: a real one (the tiny run below) can finish
+    # before a second process has imported torch, and the second is then refused for another reason (out exists).
+    lock = ref.with_name("run.json.lock")
+    lock.parent.mkdir(parents=True)
+    lock.write_text(f"{os.getpid()}\n")
+    r = subprocess.run([sys.executable, "-m", "transformer_lab", *_argv(text, ref, resume=False)],
+                       capture_output=True, text=True, env=ENV)
+    assert r.returncode == 2 and "being written by another trainer" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and lock.read_text() == f"{os.getpid()}\n" and not ref.exists()
+    lock.unlink()
     proc = _start(_argv(text, ref, resume=False))
-    # two writers: while the reference run holds its lock, a second trainer on the same --out is refused
-    while not ref.with_name("run.json.lock").exists() and proc.poll() is None:
-        time.sleep(0.05)
-    if proc.poll() is None:
-        r = subprocess.run([sys.executable, "-m", "transformer_lab", *_argv(text, ref, resume=False)],
-                           capture_output=True, text=True, env=ENV)
-        assert r.returncode == 2 and "being written by another trainer" in r.stderr, r.stderr
-        assert "Traceback" not in r.stderr
     _, err = proc.communicate()
     assert proc.returncode == 0, err
     reference = json.loads(ref.read_text())
