@@ -40,15 +40,15 @@ def _worker(rank: int, world: int, port: int, args, queue) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     corpus = default_corpus()
     model, _ = recipe_models(corpus.tokenizer.vocab_size, seed=0)
-    loss_fn, opt = stack(model, "ours")
+    loss_of, opt = stack(model, "ours")
     n_params = sum(p.numel() for p in model.parameters())
     buffer = torch.zeros(n_params)  # (P,) float32: the flattened gradient
     g = torch.Generator().manual_seed(rank)
     step_s, reduce_s = [], []
-    time_steps(model, loss_fn, opt, corpus.train, steps=1, batch_size=args.batch_size, block_size=64, generator=g)
+    time_steps(model, loss_of, opt, corpus.train, steps=1, batch_size=args.batch_size, block_size=64, generator=g)
     for _ in range(args.rounds):
         dist.barrier()
-        step_s.append(time_steps(model, loss_fn, opt, corpus.train, steps=args.steps, batch_size=args.batch_size,
+        step_s.append(time_steps(model, loss_of, opt, corpus.train, steps=args.steps, batch_size=args.batch_size,
                                  block_size=64, generator=g) / args.steps)
         dist.barrier()
         t0 = time.perf_counter()

@@ -32,19 +32,35 @@ def recipe_models(vocab_size: int, seed: int = 0, **overrides) -> tuple[GPT, Ref
 
 
 def stack(model, kind: str, *, compile: bool = False):
-    """(loss function, optimizer) for a model: ours uses the book's, the reference torch's built-ins.
+    """(loss_of, optimizer) for a model: ``loss_of(x, y)`` is the mean cross-entropy of ``model(x)`` against ``y``;
+    ours uses the book's loss and optimizer, the reference torch's built-ins. With ``compile``, ``loss_of`` (the
+    forward and the loss) runs through ``torch.compile`` as one function, as the trainer compiles it.
 
     Ours is set up as the trainer sets it up: clipping's norm checks finiteness (so AdamW need not), the groups
-    flattened, and with ``compile`` (a compiled model) the flat update compiled too."""
+    flattened, and with ``compile`` (a compiled model) the flat update and the clipping compiled too."""
     if kind == "ours":
         opt = AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
         opt.flatten_(compile=compile)
-        return cross_entropy, opt
-    opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
-    return (lambda z, y: F.cross_entropy(z.flatten(0, 1), y.flatten())), opt
+
+        def loss_of(x, y):
+            return cross_entropy(model(x), y)
+    else:
+        opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
+
+        def loss_of(x, y):
+            return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    return (torch.compile(loss_of) if compile else loss_of), opt
 
 
-def time_steps(model, loss_fn, opt, data, *, steps: int, batch_size: int, block_size: int,
+def clip(model, opt, max_norm: float = 1.0) -> torch.Tensor:
+    """Clip the gradients as the trainer does: ours through :meth:`AdamW.clip_grad_norm_` (one compiled kernel over
+    the flat gradients when the update is compiled), the reference with torch's ``clip_grad_norm_``."""
+    if isinstance(opt, AdamW):
+        return opt.clip_grad_norm_(model.parameters(), max_norm)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def time_steps(model, loss_of, opt, data, *, steps: int, batch_size: int, block_size: int,
                generator: torch.Generator, clock=time.perf_counter) -> float:
     """Seconds for ``steps`` full training steps (batch, forward, loss, backward, clip, update).
 
@@ -55,9 +71,9 @@ def time_steps(model, loss_fn, opt, data, *, steps: int, batch_size: int, block_
     t0 = clock()
     for _ in range(steps):
         x, y = get_batch(data, block_size=block_size, batch_size=batch_size, generator=generator)
-        loss = loss_fn(model(x), y)
+        loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        clip(model, opt)
         opt.step()
     return clock() - t0

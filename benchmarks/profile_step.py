@@ -19,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import default_corpus, recipe_models, stack
+from common import clip, default_corpus, recipe_models, stack
 
 from transformer_lab.data import get_batch
 
@@ -27,17 +27,17 @@ PHASES = ("forward", "backward", "update")
 
 
 def step_fn(model, kind: str, data: torch.Tensor, generator: torch.Generator):
-    loss_fn, opt = stack(model, kind)
+    loss_of, opt = stack(model, kind)
 
     def step() -> None:
         x, y = get_batch(data, block_size=model.config.block_size, batch_size=12, generator=generator)
         with record_function("forward"):
-            loss = loss_fn(model(x), y)
+            loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
         with record_function("backward"):
             loss.backward()
         with record_function("update"):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            clip(model, opt)
             opt.step()
 
     return step

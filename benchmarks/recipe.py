@@ -3,7 +3,7 @@ reference GPT, in the same run.
 
 Recipe: 4 layers, 4 heads, 128 dims, block 64, batch 12, 2000 iterations, lr 1e-3 -> 1e-4 cosine, warm-up 100,
 beta2 0.99, dropout 0, weight decay 0.1, gradient clipping 1. Both models start from the same weights and see the
-same batches; ours trains with the book's AdamW and cross-entropy, its forward through ``torch.compile`` as the
+same batches; ours trains with the book's AdamW and cross-entropy, its forward and loss through ``torch.compile`` as the
 default `train` does (``--eager`` for the eager step; the compile, or reading its cache, is inside the timed wall
 time), the reference eagerly with torch's AdamW and cross-entropy. The two runs advance in alternating blocks of
 ``--block`` steps (the order reversed every other block), so a shared machine's changing load slows both alike.
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import default_corpus, recipe_models, stack
+from common import clip, default_corpus, recipe_models, stack
 
 from transformer_lab.data import get_batch
 from transformer_lab.optim import WarmupCosine
@@ -34,10 +34,9 @@ class Run:
 
     def __init__(self, model, kind: str, corpus, *, max_iters: int, seed: int = 1337, compile: bool = False):
         self.model, self.corpus, self.max_iters = model, corpus, max_iters
-        self.loss_fn, self.opt = stack(model, kind, compile=compile)
+        self.loss_of, self.opt = stack(model, kind, compile=compile)  # compiled on the first step, in the timing
         self.schedule = WarmupCosine(1e-3, 1e-4, min(100, max_iters // 10), max_iters)
         self.generator = torch.Generator().manual_seed(seed)
-        self.forward = torch.compile(model) if compile else model  # compiled on the first step, inside the timing
         self.step, self.seconds = 0, 0.0
 
     def advance(self, n: int) -> None:
@@ -47,10 +46,10 @@ class Run:
         for _ in range(min(n, self.max_iters - self.step)):
             self.schedule.apply(opt, self.step)
             x, y = get_batch(self.corpus.train, block_size=64, batch_size=12, generator=self.generator)
-            loss = self.loss_fn(self.forward(x), y)
+            loss = self.loss_of(x, y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            clip(model, opt)
             opt.step()
             self.step += 1
         self.seconds += time.perf_counter() - t0

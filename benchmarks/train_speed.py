@@ -5,8 +5,9 @@ All four start from the same weights and train on the same batches; timing alter
 (the order reversed every other round), so a busy, shared machine slows them alike. For each thread count it prints
 tokens/s (the median of the rounds), each one's ratio to the eager built-in reference (the median of the rounds'
 ratios: the number we quote) and the share of the machine's measured float32 matmul peak (FLOP/s) each step uses.
-"Compiled" wraps the model's forward in ``torch.compile``, as ``Trainer(compile=True)`` does (which for ours also
-compiles the optimizer's flat update, :meth:`~transformer_lab.optim.AdamW.flatten_`); its kernels are kept
+"Compiled" runs the model's forward and its loss through ``torch.compile`` as one function, as
+``Trainer(compile=True)`` does (which for ours also compiles the optimizer's flat update and the clipping,
+:meth:`~transformer_lab.optim.AdamW.flatten_`); its kernels are kept
 in :func:`~transformer_lab.train.use_compile_cache`'s directory, and the warm-up that compiles (or reads the cache)
 is timed and printed.
 
@@ -50,13 +51,12 @@ def train_flops_per_token(model) -> float:
 
 
 def variants(vocab_size: int, block_size: int, compiled: bool) -> dict:
-    """{name: (model to call, loss function, optimizer, the module)}: ours and the reference, eager (and compiled)."""
+    """{name: (the model, loss_of(x, y), optimizer)}: ours and the reference, eager (and compiled)."""
     out = {}
     for mode in ("eager", "compiled") if compiled else ("eager",):
         ours, ref = recipe_models(vocab_size, block_size=block_size)  # the same initial weights for all four
         for kind, model in (("ours", ours), ("reference", ref)):
-            call = torch.compile(model) if mode == "compiled" else model
-            out[f"{kind} {mode}"] = (call, *stack(model, kind, compile=mode == "compiled"), model)
+            out[f"{kind} {mode}"] = (model, *stack(model, kind, compile=mode == "compiled"))
     return out
 
 
@@ -65,21 +65,21 @@ def measure(args, threads: int, corpus, clock) -> dict:
     torch._dynamo.reset()  # compile afresh for this thread count (inductor's kernels are built for it)
     runs = variants(corpus.tokenizer.vocab_size, args.block_size, not args.eager_only)
     steps = dict(batch_size=args.batch_size, block_size=args.block_size)
-    for name, (call, loss_fn, opt, _) in runs.items():  # warm-up (and compilation)
+    for name, (model, loss_of, opt) in runs.items():  # warm-up (and compilation)
         t0 = time.perf_counter()
-        time_steps(call, loss_fn, opt, corpus.train, steps=3, generator=torch.Generator().manual_seed(0), **steps)
+        time_steps(model, loss_of, opt, corpus.train, steps=3, generator=torch.Generator().manual_seed(0), **steps)
         if "compiled" in name:
             print(f"  {threads} thread(s): {name}: compiled (or read from the cache) and warmed up in "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)
     times: dict[str, list[float]] = {k: [] for k in runs}
     for r in range(args.rounds):
         for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
-            call, loss_fn, opt, _ = runs[name]
-            times[name].append(time_steps(call, loss_fn, opt, corpus.train, steps=args.steps, clock=clock,
+            model, loss_of, opt = runs[name]
+            times[name].append(time_steps(model, loss_of, opt, corpus.train, steps=args.steps, clock=clock,
                                           generator=torch.Generator().manual_seed(r), **steps))
     tokens = args.steps * args.batch_size * args.block_size
     peak = matmul_peak()
-    flops = train_flops_per_token(runs[BASE][3])
+    flops = train_flops_per_token(runs[BASE][0])
     out = {"threads": threads, "matmul_peak_gflops": peak / 1e9, "variants": {}}
     for name, t in times.items():
         tps = tokens / statistics.median(t)

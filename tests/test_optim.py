@@ -481,6 +481,57 @@ def test_compiled_flat_update_matches_the_eager_one_and_compiles_once():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # one per group (their sizes differ), no more
 
 
+def _grads(model, x, y, scale=1.0):
+    model.zero_grad(set_to_none=False)
+    (scale * nn.functional.cross_entropy(model(x).reshape(-1, 11), y.reshape(-1))).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3, 1e-6])  # clipped, clipped hard, left alone (coefficient 1)
+def test_compiled_clip_matches_torchs_clip(scale):
+    """clip_grad_norm_ after flatten_(compile=True): one kernel over the flat gradients, torch's formula: the same
+    norm and the same clipped gradients up to float32 round-off; with a non-finite gradient the norm is not finite."""
+    from transformer_lab.train import compile_problem
+    if compile_problem("cpu") is not None:
+        pytest.skip(f"this machine cannot compile: {compile_problem('cpu')}")
+    a, b = tiny_model().float(), tiny_model().float()
+    opt = AdamW(decay_groups(b, 0.1))
+    opt.flatten_(compile=True)
+    x, y = batches(1)[0]
+    _grads(a, x, y, scale)
+    _grads(b, x, y, scale)
+    expected = torch.nn.utils.clip_grad_norm_(a.parameters(), 1.0)
+    got = opt.clip_grad_norm_(b.parameters(), 1.0)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=0)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-9)
+    assert opt._all_flat(list(b.parameters())) is not None  # clipped in place: still the views of the flat tensors
+    next(b.parameters()).grad[0, 0] = float("nan")
+    assert not torch.isfinite(opt.clip_grad_norm_(b.parameters(), 1.0))
+
+
+def test_clip_is_torchs_own_unless_compiled_and_given_exactly_the_flat_parameters():
+    """Eagerly (flattened or not), and for any other set of parameters, clip_grad_norm_ is torch's, bit for bit."""
+    x, y = batches(1)[0]
+    for flatten in (False, True):
+        a, b = tiny_model(), tiny_model()
+        opt = AdamW(decay_groups(b, 0.1))
+        if flatten:
+            opt.flatten_()  # eager: no kernel
+        _grads(a, x, y, 1e3)
+        _grads(b, x, y, 1e3)
+        assert torch.equal(opt.clip_grad_norm_(b.parameters(), 1.0),
+                           torch.nn.utils.clip_grad_norm_(a.parameters(), 1.0))
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)
+    opt._clip = lambda grads, max_norm: pytest.fail("the flat kernel ran for a subset of the parameters")
+    _grads(a, x, y, 1e3)
+    _grads(b, x, y, 1e3)
+    some = lambda m: list(m.parameters())[:3]  # noqa: E731
+    assert torch.equal(opt.clip_grad_norm_(some(b), 1.0), torch.nn.utils.clip_grad_norm_(some(a), 1.0))
+    assert opt._all_flat(some(b)) is None and opt._all_flat(list(b.parameters())) is not None
+
+
 def test_flatten_refuses_before_it_moves_anything():
     """A group it will not flatten (a frozen parameter; states that took different numbers of steps) keeps its
     tensors and their gradients as they were: a parameter without a gradient is not updated."""

@@ -209,8 +209,9 @@ def test_compiled_training_equals_eager_up_to_round_off():
         trainer = Trainer(model, corpus, tc, progress=False, compile=compile_)
         histories.append(trainer.run()["loss"])
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-        assert (trainer.forward is model) is not compile_
+        assert (trainer.loss_of == trainer._loss_of) is not compile_  # the forward and loss: one compiled function
         assert (trainer.optimizer._kernel is None) is not compile_  # the update compiled with the forward
+        assert (trainer.optimizer._clip is None) is not compile_  # and the clipping
     assert len(histories[0]) == 3
     assert histories[1] == pytest.approx(histories[0], rel=1e-4)
     assert torch.allclose(weights[1], weights[0], rtol=0, atol=1e-5)  # lr 1e-3 steps: 1e-5 is 1% of one

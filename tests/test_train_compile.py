@@ -32,7 +32,7 @@ def test_the_default_train_compiles_when_a_cxx_compiler_works(run, capsys):
     if train.compile_problem("cpu") is not None:
         pytest.skip(f"this machine cannot compile: {train.compile_problem('cpu')}")
     code, err, n = run(capsys=capsys)
-    assert code == 0 and n == 2 and "torch.compile" not in err  # the model's forward and the optimizer's update
+    assert code == 0 and n == 3 and "torch.compile" not in err  # the forward with its loss, the update, the clipping
 
 
 def test_no_compile_trains_eagerly(run, capsys):

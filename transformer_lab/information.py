@@ -124,7 +124,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     V = logits.shape[-1]
     keep = targets != ignore_index  # (N,) or (B, T)
     bad = keep & ((targets < 0) | (targets >= V))
-    if bad.any():
+    # (not while torch.compile traces: reading the ids' range would split its graph; the trainer's targets come
+    # from a checked corpus)
+    if not torch.compiler.is_compiling() and bad.any():
         raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found "
                          f"{targets[bad][0].item()}")
     safe = torch.where(keep, targets, torch.zeros_like(targets))  # any valid id; masked out below

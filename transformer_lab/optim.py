@@ -72,6 +72,17 @@ def _flat_update(param, grad, exp_avg, exp_avg_sq, hyper) -> None:
     param.add_(step_size * exp_avg / (exp_avg_sq.sqrt() / bc2_sqrt + eps))  # θ ← θ − η m̂ / (√v̂ + ε)
 
 
+def _flat_clip(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` over the flat gradient tensors (one per group), written for
+    ``torch.compile``: ‖g‖ = the L2 norm of the tensors' L2 norms, then every gradient times
+    min(1, max_norm / (‖g‖ + 1e-6)). Returns ‖g‖ (NaN or inf when a gradient is not finite)."""
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return norm
+
+
 @dataclass(eq=False)
 class _FlatGroup:
     """A flattened group's tensors, each (n,): the group's numbers, each parameter's starting on a 64-byte boundary
@@ -95,6 +106,7 @@ class AdamW(torch.optim.Optimizer):
     # set per optimizer by flatten_(); class defaults for a copy (torch.optim's __getstate__ keeps only the state)
     _flat: list[_FlatGroup | None] | None = None  # one per group
     _kernel = None  # _flat_update compiled, with flatten_(compile=True)
+    _clip = None  # _flat_clip compiled, with flatten_(compile=True)
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, *, check_finite: bool = True):
@@ -172,10 +184,34 @@ class AdamW(torch.optim.Optimizer):
 
         ``compile=True`` (the trainer's default when it compiles the model) runs a flat group's update through
         ``torch.compile`` (:func:`_flat_update`): one generated kernel instead of eight passes over the tensors,
-        compiled once for all steps and learning rates; equal to the eager update up to float round-off."""
+        compiled once for all steps and learning rates; equal to the eager update up to float round-off. It also
+        compiles :meth:`clip_grad_norm_`'s pass over the flat gradients."""
         self._flat = [self._flatten_group(g["params"]) for g in self.param_groups]
         if compile and self._kernel is None:
             self._kernel = torch.compile(_flat_update, fullgraph=True, dynamic=False)
+            self._clip = torch.compile(_flat_clip, fullgraph=True, dynamic=False)
+
+    def clip_grad_norm_(self, params, max_norm: float) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_(params, max_norm)``: scale the gradients of ``params`` by
+        min(1, max_norm / (‖g‖ + 1e-6)), ‖g‖ the L2 norm of all of them together; returns ‖g‖ (a 0-dim tensor).
+
+        After ``flatten_(compile=True)``, when ``params`` are exactly this optimizer's parameters and every group
+        is flat, one compiled kernel (:func:`_flat_clip`) does it over the flat gradients instead of a pass per
+        tensor: the same formula, equal up to float round-off (the squares are summed in another order).
+        Otherwise it is torch's function, bit for bit."""
+        params = list(params)
+        flats = None if self._clip is None else self._all_flat(params)
+        if flats is None:
+            return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return self._clip([f.grad for f in flats], float(max_norm))
+
+    def _all_flat(self, params: list[torch.Tensor]) -> list[_FlatGroup] | None:
+        """Every group's flat tensors, if every group is intact and ``params`` are exactly the groups' parameters."""
+        flats = [self._intact(i) for i in range(len(self.param_groups))]
+        ours = {id(p) for g in self.param_groups for p in g["params"]}
+        if None in flats or len(params) != len(ours) or not all(id(p) in ours for p in params):
+            return None
+        return flats
 
     def _flatten_group(self, params: list[torch.Tensor]) -> _FlatGroup | None:
         states = [self.state.get(p) for p in params]

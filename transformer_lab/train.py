@@ -206,7 +206,9 @@ class Trainer:
         wrapped = self.ddp or model
         if compile:
             use_compile_cache()
-        self.forward = torch.compile(wrapped) if compile else wrapped  # the training step's forward pass
+        self._wrapped = wrapped
+        # the training step's forward pass and loss, one compiled graph (and so one backward graph) with compile
+        self.loss_of = torch.compile(self._loss_of) if compile else self._loss_of
         # float16's narrow range needs the loss scaled up before backward (and the gradients down after)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)
         c = config
@@ -243,6 +245,14 @@ class Trainer:
         B = self.config.batch_size
         for i in range(0, len(x), B):
             yield x[i:i + B].to(self.device), y[i:i + B].to(self.device)
+
+    def _loss_of(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The mean of -log p(y_t | x_{<=t}) over the rows x, y (B, T): the forward under autocast, the loss in
+        float32 (or wider)."""
+        with self._autocast():
+            logits = self._wrapped(x)  # (B, T, V)
+        wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # 16-bit logits: in float32
+        return cross_entropy(wide, y)
 
     def _autocast(self):
         if self.precision == torch.float32:
@@ -356,10 +366,7 @@ class Trainer:
             # the ranks' gradients are averaged once, after the last micro-batch, not after each
             sync = nullcontext() if self.ddp is None or k == K - 1 else self.ddp.no_sync()
             with sync:
-                with self._autocast():
-                    logits = self.forward(xb)  # (B, T, V)
-                wide = logits.to(torch.promote_types(logits.dtype, torch.float32))  # 16-bit logits: in float32
-                loss = cross_entropy(wide, yb) / K  # mean of -log p(y_t | x_{<=t})
+                loss = self.loss_of(xb, yb) / K
                 self.scaler.scale(loss).backward()
             losses.append(loss.detach())
         value = distributed.mean_over_ranks(sum(losses), self.world)  # the same number on every rank
@@ -368,7 +375,7 @@ class Trainer:
                                    "lower the learning rate or check the data")
         self.scaler.unscale_(self.optimizer)  # no-op unless float16: the true gradients, before clipping
         if self.config.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            norm = self.optimizer.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)  # torch's formula
             if not torch.isfinite(norm) and not self.scaler.is_enabled():  # the scaler skips such a step
                 raise TrainingDiverged(f"training stopped at step {self.step}: the gradient norm is {float(norm)}"
                                        f" (lr {lr:.3g}); lower the learning rate or check the data")
