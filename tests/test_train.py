@@ -197,6 +197,11 @@ def test_train_config_validation():
     tiny = Corpus.from_text("abcdefghij" * 3)
     with pytest.raises(ValueError, match="too few for block_size"):
         Trainer(model, tiny, TC, progress=False)
+    corpus = Corpus.from_text(TEXT)
+    narrow = GPT(GPTConfig(vocab_size=corpus.tokenizer.vocab_size - 1, block_size=16, n_layer=1, n_head=2, d_model=16))
+    with pytest.raises(ValueError, match=f"{corpus.tokenizer.vocab_size} distinct characters, more than the model's "
+                                         f"vocab_size={corpus.tokenizer.vocab_size - 1}"):
+        Trainer(narrow, corpus, TC, progress=False)  # a target id could fall outside the logits
     assert math.isfinite(evaluate_loss(model, Corpus.from_text(TEXT).val, block_size=16, max_windows=4))
 
 

@@ -213,6 +213,10 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)
         c = config
         check_corpus(corpus, c)
+        V = getattr(getattr(model, "config", None), "vocab_size", None)
+        if isinstance(V, int) and corpus.tokenizer.vocab_size > V:  # then every token id is a valid class id
+            raise ValueError(f"the corpus has {corpus.tokenizer.vocab_size} distinct characters, more than the "
+                             f"model's vocab_size={V}; build the model with vocab_size=corpus.tokenizer.vocab_size")
         # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
         self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
