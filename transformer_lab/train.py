@@ -175,10 +175,11 @@ class Trainer:
     ``history["loss"]`` holds every step's training loss; ``history["eval"]`` the periodic evaluations
     ``{"step", "train", "val"}``. ``checkpoint``: a path ``NAME.json`` written at every evaluation.
     ``meta``: JSON-able facts stored in the checkpoint (e.g. the model config, under ``"config"``).
-    ``compile=True`` runs the training forward (and so its backward) through ``torch.compile``, which fuses the
-    components' small operations into a few generated kernels: the same formulas, faster once compiled (the first
-    step waits for the compiler, or reads its kernels from :func:`use_compile_cache`'s directory), and equal to the
-    uncompiled run up to float round-off. :func:`compile_problem` tells whether this machine can compile.
+    ``compile=True`` runs the training forward with its loss (and so their backward) through ``torch.compile``, which
+    fuses the components' small operations into a few generated kernels, and compiles the optimizer's update and the
+    gradient clipping too (:meth:`~transformer_lab.optim.AdamW.flatten_`): the same formulas, faster once compiled
+    (the first step waits for the compiler, or reads its kernels from :func:`use_compile_cache`'s directory), and
+    equal to the uncompiled run up to float round-off. :func:`compile_problem` tells whether this machine can compile.
 
     The model trains on the device it is on. ``precision``: ``torch.float32`` (plain), ``torch.bfloat16`` or
     ``torch.float16`` (forward under ``torch.autocast``; float16 with ``torch.amp.GradScaler``). ``world``: this
