@@ -497,11 +497,14 @@ def test_compiled_clip_matches_torchs_clip(scale):
     a, b = tiny_model().float(), tiny_model().float()
     opt = AdamW(decay_groups(b, 0.1))
     opt.flatten_(compile=True)
+    kernel, calls = opt._clip, []
+    opt._clip = lambda grads, max_norm: calls.append(len(grads)) or kernel(grads, max_norm)
     x, y = batches(1)[0]
     _grads(a, x, y, scale)
     _grads(b, x, y, scale)
     expected = torch.nn.utils.clip_grad_norm_(a.parameters(), 1.0)
-    got = opt.clip_grad_norm_(b.parameters(), 1.0)
+    got = opt.clip_grad_norm_(reversed(list(b.parameters())), 1.0)  # any order
+    assert calls == [2]  # the compiled kernel ran, once, over both groups' flat gradients
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=0)
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-9)
@@ -529,7 +532,33 @@ def test_clip_is_torchs_own_unless_compiled_and_given_exactly_the_flat_parameter
     _grads(b, x, y, 1e3)
     some = lambda m: list(m.parameters())[:3]  # noqa: E731
     assert torch.equal(opt.clip_grad_norm_(some(b), 1.0), torch.nn.utils.clip_grad_norm_(some(a), 1.0))
-    assert opt._all_flat(some(b)) is None and opt._all_flat(list(b.parameters())) is not None
+    params = list(b.parameters())
+    twice = [params[0], *params[:-1]]  # as many tensors as the optimizer's, one of them twice, one left out
+    assert opt._all_flat(some(b)) is None and opt._all_flat(twice) is None
+    assert opt._all_flat(params) is not None and opt._all_flat(params[::-1]) is not None
+
+
+def test_compiled_update_and_clip_run_eagerly_past_the_recompile_limit(monkeypatch):
+    """More flat-tensor lengths in one process than torch._dynamo's recompile limit: the later ones run eagerly
+    (with the same numbers), they do not fail. torch.compile's eager backend here: the graphs, not the kernels."""
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real(fn, backend="eager", **kw))
+    torch._dynamo.reset()
+    sizes = range(1, torch._dynamo.config.recompile_limit + 3)
+    for k in sizes:
+        a, b = nn.Linear(16 * k, 2), nn.Linear(16 * k, 2)
+        b.load_state_dict(a.state_dict())
+        opts = [AdamW(decay_groups(m, 0.1)) for m in (a, b)]
+        opts[1].flatten_(compile=True)
+        x = torch.randn(3, 16 * k)
+        for m, opt in zip((a, b), opts, strict=True):
+            opt.zero_grad()
+            (1e3 * m(x).square().sum()).backward()
+            opt.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-7)
+    torch._dynamo.reset()
 
 
 def test_flatten_refuses_before_it_moves_anything():

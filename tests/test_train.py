@@ -208,15 +208,20 @@ def test_train_config_validation():
 def test_compiled_training_equals_eager_up_to_round_off():
     """Trainer(compile=True) fuses the same formulas with torch.compile: the same losses, step for step."""
     tc = replace(TC, max_iters=3, eval_interval=3, warmup=1)
-    histories, weights = [], []
+    histories, weights, clips = [], [], []
     for compile_ in (False, True):
         model, corpus = _setup(tc)
         trainer = Trainer(model, corpus, tc, progress=False, compile=compile_)
+        if compile_:  # the compiled clipping runs at every step
+            kernel = trainer.optimizer._clip
+            trainer.optimizer._clip = lambda grads, max_norm, kernel=kernel: clips.append(max_norm) or kernel(
+                grads, max_norm)
         histories.append(trainer.run()["loss"])
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
         assert (trainer.loss_of == trainer._loss_of) is not compile_  # the forward and loss: one compiled function
         assert (trainer.optimizer._kernel is None) is not compile_  # the update compiled with the forward
         assert (trainer.optimizer._clip is None) is not compile_  # and the clipping
+    assert clips == [tc.grad_clip] * 3
     assert len(histories[0]) == 3
     assert histories[1] == pytest.approx(histories[0], rel=1e-4)
     assert torch.allclose(weights[1], weights[0], rtol=0, atol=1e-5)  # lr 1e-3 steps: 1e-5 is 1% of one

@@ -107,7 +107,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
     or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits; a -inf logit at the target
     gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it for logits
-    in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there).
+    in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there). Inside ``torch.compile`` the
+    targets' range is not read (it would split the graph): an id outside [0, V) then fails inductor's own bounds
+    check (a ``RuntimeError`` "index out of bounds") instead of this function's ``ValueError``.
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")

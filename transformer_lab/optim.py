@@ -75,7 +75,8 @@ def _flat_update(param, grad, exp_avg, exp_avg_sq, hyper) -> None:
 def _flat_clip(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` over the flat gradient tensors (one per group), written for
     ``torch.compile``: ‖g‖ = the L2 norm of the tensors' L2 norms, then every gradient times
-    min(1, max_norm / (‖g‖ + 1e-6)). Returns ‖g‖ (NaN or inf when a gradient is not finite)."""
+    min(1, max_norm / (‖g‖ + 1e-6)). Returns ‖g‖ (NaN or inf when a gradient is not finite). Compiled like
+    :func:`_flat_update`: one graph per set of flat-tensor lengths."""
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
     for g in grads:
@@ -188,16 +189,18 @@ class AdamW(torch.optim.Optimizer):
         compiles :meth:`clip_grad_norm_`'s pass over the flat gradients."""
         self._flat = [self._flatten_group(g["params"]) for g in self.param_groups]
         if compile and self._kernel is None:
-            self._kernel = torch.compile(_flat_update, fullgraph=True, dynamic=False)
-            self._clip = torch.compile(_flat_clip, fullgraph=True, dynamic=False)
+            # not fullgraph: past torch._dynamo's recompile limit of shapes, a call runs eagerly instead of failing
+            self._kernel = torch.compile(_flat_update, dynamic=False)
+            self._clip = torch.compile(_flat_clip, dynamic=False)
 
     def clip_grad_norm_(self, params, max_norm: float) -> torch.Tensor:
         """``torch.nn.utils.clip_grad_norm_(params, max_norm)``: scale the gradients of ``params`` by
         min(1, max_norm / (‖g‖ + 1e-6)), ‖g‖ the L2 norm of all of them together; returns ‖g‖ (a 0-dim tensor).
 
         After ``flatten_(compile=True)``, when ``params`` are exactly this optimizer's parameters and every group
-        is flat, one compiled kernel (:func:`_flat_clip`) does it over the flat gradients instead of a pass per
-        tensor: the same formula, equal up to float round-off (the squares are summed in another order).
+        is flat, one compiled kernel (:func:`_flat_clip`) does it over the flat gradients (two passes: the norm, then
+        the scaling) instead of passes per tensor: the same formula, equal up to float round-off (the squares are
+        summed in another order).
         Otherwise it is torch's function, bit for bit."""
         params = list(params)
         flats = None if self._clip is None else self._all_flat(params)
@@ -206,10 +209,11 @@ class AdamW(torch.optim.Optimizer):
         return self._clip([f.grad for f in flats], float(max_norm))
 
     def _all_flat(self, params: list[torch.Tensor]) -> list[_FlatGroup] | None:
-        """Every group's flat tensors, if every group is intact and ``params`` are exactly the groups' parameters."""
+        """Every group's flat tensors, if every group is intact and ``params`` are exactly the groups' parameters,
+        each once (in any order)."""
         flats = [self._intact(i) for i in range(len(self.param_groups))]
         ours = {id(p) for g in self.param_groups for p in g["params"]}
-        if None in flats or len(params) != len(ours) or not all(id(p) in ours for p in params):
+        if None in flats or len({id(p) for p in params}) != len(params) or {id(p) for p in params} != ours:
             return None
         return flats
 

@@ -200,6 +200,11 @@ class Trainer:
         self.meta.setdefault("config", asdict(model.config) if dataclasses.is_dataclass(
             getattr(model, "config", None)) else {})
         self.progress = progress and world.is_main
+        check_corpus(corpus, config)  # before anything is set up (or broadcast to the other ranks)
+        V = getattr(getattr(model, "config", None), "vocab_size", None)
+        if isinstance(V, int) and corpus.tokenizer.vocab_size > V:  # then every token id is a valid class id
+            raise ValueError(f"the corpus has {corpus.tokenizer.vocab_size} distinct characters, more than the "
+                             f"model's vocab_size={V}; build the model with vocab_size=corpus.tokenizer.vocab_size")
         self.ddp = None
         if world.size > 1:  # averages the ranks' gradients during backward (and broadcasts rank 0's weights now)
             self.ddp = torch.nn.parallel.DistributedDataParallel(
@@ -208,16 +213,12 @@ class Trainer:
         if compile:
             use_compile_cache()
         self._wrapped = wrapped
-        # the training step's forward pass and loss, one compiled graph (and so one backward graph) with compile
+        # the training step's forward pass and loss, compiled as one function (one graph at the recipe's shapes in
+        # one process; under torchrun, DDP's forward splits it in two)
         self.loss_of = torch.compile(self._loss_of) if compile else self._loss_of
         # float16's narrow range needs the loss scaled up before backward (and the gradients down after)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)
         c = config
-        check_corpus(corpus, c)
-        V = getattr(getattr(model, "config", None), "vocab_size", None)
-        if isinstance(V, int) and corpus.tokenizer.vocab_size > V:  # then every token id is a valid class id
-            raise ValueError(f"the corpus has {corpus.tokenizer.vocab_size} distinct characters, more than the "
-                             f"model's vocab_size={V}; build the model with vocab_size=corpus.tokenizer.vocab_size")
         # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
         self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
