@@ -90,7 +90,7 @@ def main(argv=None) -> dict:
         val = evaluate_loss(run.model, corpus.val, block_size=64)
         out[kind] = {"val_loss": val, "seconds": run.seconds, "first_step_s": run.first_step_s, "mode": mode}
         print(f"  {kind:9s} ({mode:8s}) val loss {val:.4f} nats/char after {args.max_iters} steps, "
-              f"{run.seconds:.0f} s wall (its first step {run.first_step_s:.1f} s)", flush=True)
+              f"{run.seconds:.1f} s wall (its first step {run.first_step_s:.1f} s)", flush=True)
     if "reference" in out:
         print(f"  time ratio reference / ours = {out['reference']['seconds'] / out['ours']['seconds']:.2f}x; "
               f"val loss ours - reference = {out['ours']['val_loss'] - out['reference']['val_loss']:+.4f}")

@@ -494,6 +494,8 @@ def test_compiled_clip_matches_torchs_clip(scale):
     from transformer_lab.train import compile_problem
     if compile_problem("cpu") is not None:
         pytest.skip(f"this machine cannot compile: {compile_problem('cpu')}")
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
     a, b = tiny_model().float(), tiny_model().float()
     opt = AdamW(decay_groups(b, 0.1))
     opt.flatten_(compile=True)
@@ -505,6 +507,7 @@ def test_compiled_clip_matches_torchs_clip(scale):
     expected = torch.nn.utils.clip_grad_norm_(a.parameters(), 1.0)
     got = opt.clip_grad_norm_(reversed(list(b.parameters())), 1.0)  # any order
     assert calls == [2]  # the compiled kernel ran, once, over both groups' flat gradients
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # one graph: no break in _flat_clip
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=0)
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-9)

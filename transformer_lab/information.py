@@ -109,7 +109,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it for logits
     in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there). Inside ``torch.compile`` the
     targets' range is not read (it would split the graph): an id outside [0, V) then fails inductor's own bounds
-    check (a ``RuntimeError`` "index out of bounds") instead of this function's ``ValueError``.
+    check instead of this function's ``ValueError`` (on a CPU a ``RuntimeError`` "index out of bounds", on CUDA a
+    device-side assert).
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")

@@ -186,7 +186,7 @@ class AdamW(torch.optim.Optimizer):
         ``compile=True`` (the trainer's default when it compiles the model) runs a flat group's update through
         ``torch.compile`` (:func:`_flat_update`): one generated kernel instead of eight passes over the tensors,
         compiled once for all steps and learning rates; equal to the eager update up to float round-off. It also
-        compiles :meth:`clip_grad_norm_`'s pass over the flat gradients."""
+        compiles :meth:`clip_grad_norm_` over the flat gradients."""
         self._flat = [self._flatten_group(g["params"]) for g in self.param_groups]
         if compile and self._kernel is None:
             # not fullgraph: past torch._dynamo's recompile limit of shapes, a call runs eagerly instead of failing
