@@ -74,10 +74,10 @@ def _flat_update(param, grad, exp_avg, exp_avg_sq, hyper) -> None:
 
 def _flat_clip(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` over the flat gradient tensors (one per group), written for
-    ``torch.compile``: ‖g‖ = the L2 norm of the tensors' L2 norms, then every gradient times
-    min(1, max_norm / (‖g‖ + 1e-6)). Returns ‖g‖ (NaN or inf when a gradient is not finite). Compiled like
+    ``torch.compile``: ‖g‖ = torch's ``get_total_norm`` (the L2 norm of the tensors' L2 norms), then every gradient
+    times min(1, max_norm / (‖g‖ + 1e-6)). Returns ‖g‖ (NaN or inf when a gradient is not finite). Compiled like
     :func:`_flat_update`: one graph per set of flat-tensor lengths."""
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    norm = torch.nn.utils.get_total_norm(grads)
     coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
     for g in grads:
         g.mul_(coef)
@@ -212,8 +212,9 @@ class AdamW(torch.optim.Optimizer):
         """Every group's flat tensors, if every group is intact and ``params`` are exactly the groups' parameters,
         each once (in any order)."""
         flats = [self._intact(i) for i in range(len(self.param_groups))]
-        ours = {id(p) for g in self.param_groups for p in g["params"]}
-        if None in flats or len({id(p) for p in params}) != len(params) or {id(p) for p in params} != ours:
+        given = {id(p) for p in params}
+        if None in flats or len(given) != len(params) or given != {id(p) for g in self.param_groups
+                                                                   for p in g["params"]}:
             return None
         return flats
 

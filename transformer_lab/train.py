@@ -209,10 +209,9 @@ class Trainer:
         if world.size > 1:  # averages the ranks' gradients during backward (and broadcasts rank 0's weights now)
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device] if self.device.type == "cuda" else None)
-        wrapped = self.ddp or model
+        self._wrapped = self.ddp or model  # what the training forward calls
         if compile:
             use_compile_cache()
-        self._wrapped = wrapped
         # the training step's forward pass and loss, compiled as one function (one graph at the recipe's shapes in
         # one process; under torchrun, DDP's forward splits it in two)
         self.loss_of = torch.compile(self._loss_of) if compile else self._loss_of
