@@ -412,8 +412,8 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCHMARKS = ("kernels", "components", "train_speed", "compile_startup", "generate_speed", "recipe", "profile_step",
-              "allreduce")  # in benchmarks/
+BENCHMARKS = ("kernels", "components", "swap", "train_speed", "compile_startup", "generate_speed", "recipe",
+              "profile_step", "allreduce")  # in benchmarks/
 
 
 def _bench(args: argparse.Namespace) -> int:
