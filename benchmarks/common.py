@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 
 import torch
@@ -31,6 +32,15 @@ def recipe_models(vocab_size: int, seed: int = 0, **overrides) -> tuple[GPT, Ref
     return ours, ref
 
 
+def builtin_loss(model):
+    """``loss_of(x, y)`` with torch's cross-entropy: the mean over the (B, T) targets of ``model(x)``'s logits."""
+
+    def loss_of(x, y):
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    return loss_of
+
+
 def stack(model, kind: str, *, compile: bool = False):
     """(loss_of, optimizer) for a model: ``loss_of(x, y)`` is the mean cross-entropy of ``model(x)`` against ``y``;
     ours uses the book's loss and optimizer, the reference torch's built-ins. With ``compile``, ``loss_of`` (the
@@ -46,9 +56,7 @@ def stack(model, kind: str, *, compile: bool = False):
             return cross_entropy(model(x), y)
     else:
         opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99))
-
-        def loss_of(x, y):
-            return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss_of = builtin_loss(model)
     return (torch.compile(loss_of) if compile else loss_of), opt
 
 
@@ -77,3 +85,20 @@ def time_steps(model, loss_of, opt, data, *, steps: int, batch_size: int, block_
         clip(model, opt)
         opt.step()
     return clock() - t0
+
+
+def alternate(runs: dict, data, *, rounds: int, steps: int, clock=time.perf_counter, **kw) -> dict[str, list[float]]:
+    """{name: seconds of each round}: ``rounds`` rounds of ``steps`` training steps of every ``(model, loss_of, opt)``
+    in ``runs``, alternating between them, the order reversed every other round; round r's batches come from seed r,
+    the same for every run, so a busy, shared machine slows them alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
+            times[name].append(time_steps(*runs[name], data, steps=steps, clock=clock,
+                                          generator=torch.Generator().manual_seed(r), **kw))
+    return times
+
+
+def median_ratio(times: list[float], base: list[float]) -> float:
+    """The median over rounds of base / times, each round's ratio taken within the round: speed relative to ``base``."""
+    return statistics.median(b / t for t, b in zip(times, base, strict=True))

@@ -11,11 +11,6 @@ ratios: the number we quote) and the share of the machine's measured float32 mat
 in :func:`~transformer_lab.train.use_compile_cache`'s directory, and the warm-up that compiles (or reads the cache)
 is timed and printed.
 
-Last, the bound: the linear layers' matrix products (``aten::mm`` and ``aten::addmm``: the same products, of the
-same shapes, in both models) are timed under ``torch.profiler`` for the eager reference and for the default
-``train``; the reference's step time over its products' time is the most any model that computes them as fast can gain
-on the eager reference, however fast everything else becomes (profiled times: an estimate, noisy like the rest).
-
     python benchmarks/train_speed.py [--threads 1 2] [--steps 20] [--rounds 7] [--cpu-time] [--eager-only]
 """
 
@@ -28,10 +23,9 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import default_corpus, recipe_models, stack, time_steps
+from common import alternate, default_corpus, median_ratio, recipe_models, stack, time_steps
 
 from transformer_lab.train import compile_problem, use_compile_cache
 
@@ -56,16 +50,6 @@ def train_flops_per_token(model) -> float:
     return 6 * n + 6 * c.n_layer * c.block_size * c.d_model + 6 * c.d_model * c.vocab_size
 
 
-GEMMS = ("aten::mm", "aten::addmm")  # the linear layers' products (attention's are bmm, or inside SDPA's kernel)
-
-
-def gemm_ms(model, loss_of, opt, data, *, steps: int, **kw) -> float:
-    """Milliseconds per training step spent in the linear layers' matrix products (profiled self time)."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        time_steps(model, loss_of, opt, data, steps=steps, generator=torch.Generator().manual_seed(0), **kw)
-    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in GEMMS) / steps / 1000
-
-
 def variants(vocab_size: int, block_size: int, compiled: bool) -> dict:
     """{name: (the model, loss_of(x, y), optimizer)}: ours and the reference, eager (and compiled)."""
     out = {}
@@ -87,23 +71,16 @@ def measure(args, threads: int, corpus, clock) -> dict:
         if "compiled" in name:
             print(f"  {threads} thread(s): {name}: compiled (or read from the cache) and warmed up in "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for r in range(args.rounds):
-        for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
-            model, loss_of, opt = runs[name]
-            times[name].append(time_steps(model, loss_of, opt, corpus.train, steps=args.steps, clock=clock,
-                                          generator=torch.Generator().manual_seed(r), **steps))
+    times = alternate(runs, corpus.train, rounds=args.rounds, steps=args.steps, clock=clock, **steps)
     tokens = args.steps * args.batch_size * args.block_size
     peak = matmul_peak()
     flops = train_flops_per_token(runs[BASE][0])
-    out = {"threads": threads, "matmul_peak_gflops": peak / 1e9, "variants": {}, "gemm_ms": {
-        name: gemm_ms(*runs[name], corpus.train, steps=args.steps, **steps) for name in (BASE, "ours compiled")
-        if name in runs}, "step_ms": {name: 1e3 * statistics.median(t) / args.steps for name, t in times.items()}}
+    out = {"threads": threads, "matmul_peak_gflops": peak / 1e9, "variants": {}}
     for name, t in times.items():
         tps = tokens / statistics.median(t)
         out["variants"][name] = {
             "tokens_per_s": tps,
-            "ratio": statistics.median(b / o for o, b in zip(t, times[BASE], strict=True)),  # per-round ratios
+            "ratio": median_ratio(t, times[BASE]),  # of the per-round ratios
             "peak_share": flops * tps / peak}
     return out
 
@@ -116,12 +93,6 @@ def report(out: dict, args) -> None:
         note = "  <- the default `train`" if name == "ours compiled" else ""
         print(f"  {name:19s} {v['tokens_per_s']:9,.0f} tokens/s  {v['ratio']:5.2f}x the eager reference  "
               f"{100 * v['peak_share']:3.0f}% of the {out['matmul_peak_gflops']:.0f} GFLOP/s matmul peak{note}")
-    ref_step, ref_gemm = out["step_ms"][BASE], out["gemm_ms"][BASE]
-    print(f"  the linear layers' matrix products: {ref_gemm:.1f} ms of the eager reference's {ref_step:.1f} ms step, "
-          f"so a model computing them as fast trains at most {ref_step / ref_gemm:.2f}x as fast as the eager reference")
-    if "ours compiled" in out["gemm_ms"]:
-        print(f"  the default `train`: {out['gemm_ms']['ours compiled']:.1f} ms of its "
-              f"{out['step_ms']['ours compiled']:.1f} ms step in those products")
 
 
 def main(argv=None) -> dict:

@@ -1,53 +1,94 @@
-"""``benchmarks/swap.py`` (chapter 8, README): each swap replaces the component it names, on every module of the
-recipe GPT that holds it, with a stand-in that computes the same numbers; a model of another shape is refused."""
+"""``benchmarks/swap.py`` (chapter 8, README): each swap runs its fused stand-in in place of our component on every
+module of the recipe GPT that holds it (and ours no longer runs there); the like-for-like check passes the real
+stand-ins and rejects wrong ones; unknown names and models of another shape are refused."""
 
-import sys
+import collections
+import importlib.util
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import swap
+_spec = importlib.util.spec_from_file_location("bench_swap", ROOT / "benchmarks" / "swap.py")
+swap = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(swap)
 
-V = 65
-
-
-@pytest.fixture(scope="module")
-def runs():
-    torch.manual_seed(0)
-    return swap.variants(V, block_size=64)
+V, T = 65, 64
+DATA = torch.randint(0, V, (5000,), generator=torch.Generator().manual_seed(1))
+PER_FORWARD = {"LayerNorm": 9, "GELU": 4, "attention": 4, "token lookup": 1}
 
 
-def test_every_swap_binds_its_stand_in_on_every_module(runs):
+def counting(monkeypatch, calls: collections.Counter) -> None:
+    """Wrap every stand-in in swap.SWAPS, and our LayerNorm and loss, so that each call is counted."""
     for name, (part, method, fused, count) in swap.SWAPS.items():
-        model = runs[f"ours, fused {name}"][0]
-        bound = [getattr(m, method) for n, m in model.named_modules() if n.rsplit(".", 1)[-1].startswith(part)]
-        assert len(bound) == count and all(getattr(b, "__func__", None) is fused for b in bound), name
-        untouched = runs[swap.OURS][0]
-        assert all(getattr(getattr(m, method), "__func__", None) is not fused for m in untouched.modules()
-                   if hasattr(m, method))
-    everything = runs["ours, all five fused"][0]
-    assert all(getattr(m, method).__func__ is fused for part, method, fused, _ in swap.SWAPS.values()
-               for n, m in everything.named_modules() if n.rsplit(".", 1)[-1].startswith(part))
+        def stand_in(*args, _fused=fused, _name=name, **kwargs):
+            calls[_name] += 1
+            return _fused(*args, **kwargs)
+        monkeypatch.setitem(swap.SWAPS, name, (part, method, stand_in, count))
+    import common
+
+    import transformer_lab.norm as norm
+
+    for module, attr, key in ((norm, "_layer_norm", "our LayerNorm"), (common, "cross_entropy", "our loss")):
+        original = getattr(module, attr)
+
+        def counted(*args, _original=original, _key=key, **kwargs):
+            calls[_key] += 1
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(module, attr, counted)
 
 
-def test_every_variant_computes_our_loss(runs):
-    data = torch.randint(0, V, (5000,), generator=torch.Generator().manual_seed(1))
-    swap.check_same_loss(runs, data, block_size=64)
+def test_each_stand_in_runs_in_place_of_ours(monkeypatch):
+    calls = collections.Counter()
+    counting(monkeypatch, calls)
+    runs = swap.variants(V, block_size=T)
+    x, y = DATA[:2 * T].view(2, T), DATA[1:2 * T + 1].view(2, T)
+    for name, (_, loss_of, _) in runs.items():
+        if name == swap.BASE:
+            continue
+        calls.clear()
+        loss_of(x, y).backward()
+        swapped = set(swap.SWAPS) | {swap.LOSS} if name == swap.ALL else {name.removeprefix("ours, fused ")} - {
+            swap.OURS}
+        want = {part: n for part, n in PER_FORWARD.items() if part in swapped}
+        want["our LayerNorm"] = 0 if "LayerNorm" in swapped else 9
+        want["our loss"] = 0 if swap.LOSS in swapped else 1
+        assert {k: calls[k] for k in [*PER_FORWARD, "our LayerNorm", "our loss"]} == {
+            **dict.fromkeys(PER_FORWARD, 0), **want}, name
 
 
-def test_a_swap_that_is_not_like_for_like_is_caught(runs):
-    model, loss_of, opt = runs["ours, fused GELU"]
-    data = torch.randint(0, V, (5000,), generator=torch.Generator().manual_seed(1))
-    wrong = dict(runs)
-    wrong["ours, fused GELU"] = (model, lambda x, y: loss_of(x, y) + 1e-3, opt)
-    with pytest.raises(AssertionError, match="fused GELU"):
-        swap.check_same_loss(wrong, data, block_size=64)
+def test_the_like_for_like_check_passes_the_real_stand_ins():
+    torch.manual_seed(0)
+    swap.check_like_for_like(swap.variants(V, block_size=T), DATA, block_size=T)
 
 
-def test_a_model_of_another_shape_is_refused():
+def _no_affine(ln, x):
+    return F.layer_norm(x, (ln.d_model,), None, None, ln.eps)
+
+
+def _exact_gelu(mlp, x, generator=None):
+    return mlp.proj(F.gelu(mlp.fc(x)))
+
+
+def _frozen_lookup(emb, idx):
+    return F.embedding(idx, emb.weight.detach())
+
+
+@pytest.mark.parametrize(("name", "wrong"), [("LayerNorm", _no_affine), ("GELU", _exact_gelu),
+                                         ("token lookup", _frozen_lookup)])
+def test_the_like_for_like_check_rejects_a_wrong_stand_in(monkeypatch, name, wrong):
+    part, method, _, count = swap.SWAPS[name]
+    monkeypatch.setitem(swap.SWAPS, name, (part, method, wrong, count))
+    with pytest.raises(RuntimeError, match=f"swap: ours, fused {name}: "):
+        swap.check_like_for_like(swap.variants(V, block_size=T), DATA, block_size=T)
+
+
+def test_unknown_names_and_other_shapes_are_refused():
     from transformer_lab.gpt import GPT, GPTConfig
 
-    with pytest.raises(AssertionError, match="expected 9 modules named ln"):
-        swap.swapped(GPT(GPTConfig(vocab_size=V, n_layer=2)), ["LayerNorm"])
+    model = GPT(GPTConfig(vocab_size=V, n_layer=2))
+    with pytest.raises(ValueError, match="expected 9 modules named ln"):
+        swap.swapped(model, ["LayerNorm"])
+    with pytest.raises(ValueError, match="unknown component 'layernorm'"):
+        swap.swapped(model, ["layernorm"])
