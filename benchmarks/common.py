@@ -33,7 +33,8 @@ def recipe_models(vocab_size: int, seed: int = 0, **overrides) -> tuple[GPT, Ref
 
 
 def builtin_loss(model):
-    """``loss_of(x, y)`` with torch's cross-entropy: the mean over the (B, T) targets of ``model(x)``'s logits."""
+    """``loss_of(x, y)`` with torch's cross-entropy: the mean over the B·T positions of the cross-entropy of
+    ``model(x)``'s logits (B, T, V) against the targets y (B, T)."""
 
     def loss_of(x, y):
         return F.cross_entropy(model(x).flatten(0, 1), y.flatten())

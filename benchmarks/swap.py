@@ -1,9 +1,10 @@
-"""Where the eager gap is, measured inside the model: our eager GPT with PyTorch's fused kernels swapped in for our
-components, one at a time and all at once, against our GPT and the eager built-in reference, in one run.
+"""Where the eager gap is, measured inside the model: our eager GPT with PyTorch's built-in kernels swapped in for
+our components, one at a time and all at once, against our GPT and the eager built-in reference, in one run.
 
 ``components.py`` times each part alone; this script times whole training steps (batch, forward, loss, backward,
 clipping, update) of our GPT in which one component's computation is replaced by the built-in's: LayerNorm by
-``F.layer_norm``, our tanh-GELU by ``F.gelu``, our causal attention by ``F.scaled_dot_product_attention``, our
+``F.layer_norm``, our GELU (tanh in the recipe) by ``F.gelu``, our causal attention by
+``F.scaled_dot_product_attention``, our
 cross-entropy by ``F.cross_entropy`` and the token lookup by ``F.embedding``, then all five at once. The last two
 also drop the checks ours make on every call (the token ids' range; the targets' range and ``ignore_index``).
 Everything else, the glue between the components, our flattened AdamW and the clipping, stays ours.
@@ -52,10 +53,11 @@ def fused_gelu(mlp, x, generator=None):
 
 
 def fused_attention(attn, q, k, v, *, need_weights=False):
-    """``MultiHeadAttention._attend_causal`` by ``F.scaled_dot_product_attention``: q, k, v (B, h, T, d_k) ->
-    concat(heads) W_Oᵀ + b_O (B, T, C), with no weights returned."""
-    if need_weights or (attn.training and attn.dropout > 0):
-        raise RuntimeError("swap: the attention stand-in returns no weights and has no dropout")
+    """``MultiHeadAttention._attend_causal`` in training (T_q = T_k) by ``F.scaled_dot_product_attention``:
+    q, k, v (B, h, T, d_k) -> concat(heads) W_Oᵀ + b_O (B, T, C), with no weights returned."""
+    if need_weights or (attn.training and attn.dropout > 0) or q.shape[-2] != k.shape[-2]:
+        raise RuntimeError("swap: the attention stand-in returns no weights, has no dropout and no cache "
+                           "(its causal mask is aligned for T_q = T_k)")
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d_k)
     B, _, T, _ = out.shape
     return attn.out_proj(out.transpose(1, 2).reshape(B, T, attn.d_model)), None
