@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import statistics
 import time
@@ -103,3 +104,28 @@ def alternate(runs: dict, data, *, rounds: int, steps: int, clock=time.perf_coun
 def median_ratio(times: list[float], base: list[float]) -> float:
     """The median over rounds of base / times, each round's ratio taken within the round: speed relative to ``base``."""
     return statistics.median(b / t for t, b in zip(times, base, strict=True))
+
+
+def step_parser(doc: str, *, steps: int, rounds: int) -> argparse.ArgumentParser:
+    """The options of a benchmark that times whole training steps of several variants in alternating rounds."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=steps, help="training steps per timed round")
+    ap.add_argument("--rounds", type=int, default=rounds, help="alternating rounds per variant")
+    ap.add_argument("--batch-size", type=int, default=12)
+    ap.add_argument("--block-size", type=int, default=64)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts (default 1 2)")
+    ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time instead of wall time")
+    return ap
+
+
+def per_thread_count(args, measure, report) -> dict:
+    """``{"runs": [measure(args, threads, corpus, clock) for each of args.threads]}``, each reported as it ends;
+    ``clock`` is wall time, or this process's CPU time with ``--cpu-time``."""
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    corpus = default_corpus()
+    results = []
+    for threads in args.threads:
+        out = measure(args, threads, corpus, clock)
+        report(out, args)
+        results.append(out)
+    return {"runs": results}

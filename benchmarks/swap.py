@@ -21,11 +21,9 @@ round-to-round noise; "all five" against the reference is what the rest of our m
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -33,7 +31,16 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, builtin_loss, default_corpus, median_ratio, recipe_models, stack, time_steps
+from common import (
+    alternate,
+    builtin_loss,
+    median_ratio,
+    per_thread_count,
+    recipe_models,
+    stack,
+    step_parser,
+    time_steps,
+)
 
 from transformer_lab.data import get_batch
 
@@ -158,22 +165,7 @@ def report(out: dict, args) -> None:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=10, help="training steps per timed round")
-    ap.add_argument("--rounds", type=int, default=9, help="alternating rounds per variant")
-    ap.add_argument("--batch-size", type=int, default=12)
-    ap.add_argument("--block-size", type=int, default=64)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts (default 1 2)")
-    ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time instead of wall time")
-    args = ap.parse_args(argv)
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    corpus = default_corpus()
-    results = []
-    for threads in args.threads:
-        out = measure(args, threads, corpus, clock)
-        report(out, args)
-        results.append(out)
-    return {"runs": results}
+    return per_thread_count(step_parser(__doc__, steps=10, rounds=9).parse_args(argv), measure, report)
 
 
 if __name__ == "__main__":

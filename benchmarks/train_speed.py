@@ -16,7 +16,6 @@ is timed and printed.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, default_corpus, median_ratio, recipe_models, stack, time_steps
+from common import alternate, median_ratio, per_thread_count, recipe_models, stack, step_parser, time_steps
 
 from transformer_lab.train import compile_problem, use_compile_cache
 
@@ -96,13 +95,7 @@ def report(out: dict, args) -> None:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20, help="training steps per timed round")
-    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds per variant")
-    ap.add_argument("--batch-size", type=int, default=12)
-    ap.add_argument("--block-size", type=int, default=64)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts (default 1 2)")
-    ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time instead of wall time")
+    ap = step_parser(__doc__, steps=20, rounds=7)
     ap.add_argument("--eager-only", action="store_true", help="leave out the two compiled variants")
     args = ap.parse_args(argv)
     if not args.eager_only:
@@ -111,14 +104,7 @@ def main(argv=None) -> dict:
         if problem:
             print(f"note: compiled variants left out: {problem}")
             args.eager_only = True
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    corpus = default_corpus()
-    results = []
-    for threads in args.threads:
-        out = measure(args, threads, corpus, clock)
-        report(out, args)
-        results.append(out)
-    return {"runs": results}
+    return per_thread_count(args, measure, report)
 
 
 if __name__ == "__main__":

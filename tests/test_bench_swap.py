@@ -102,3 +102,13 @@ def test_unknown_names_and_other_shapes_are_refused():
         swap.swapped(model, ["LayerNorm"])
     with pytest.raises(ValueError, match="unknown component 'layernorm'"):
         swap.swapped(model, ["layernorm"])
+
+
+def test_the_script_runs_end_to_end(capsys):
+    out = swap.main(["--threads", "1", "--rounds", "1", "--steps", "1"])
+    (run,) = out["runs"]
+    assert run["threads"] == 1 and set(run["variants"]) == {
+        swap.OURS, *(f"ours, fused {n}" for n in [*swap.SWAPS, swap.LOSS]), swap.ALL, swap.BASE}
+    assert all(v["ms_per_step"] > 0 and v["ratio"] > 0 for v in run["variants"].values())
+    assert run["variants"][swap.BASE]["ratio"] == 1.0
+    assert "1 thread(s), wall time, median of 1 alternating rounds of 1 steps" in capsys.readouterr().out
