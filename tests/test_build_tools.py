@@ -2,7 +2,8 @@
 
 * a change to any file of transformer_lab/ re-executes the notebooks (MyST-NB issue #299), and a rebuild with
   nothing changed re-executes none (tools/lab_cache.py);
-* a page whose code raises fails the build with a report naming the page and the cell (tools/build.py).
+* a page whose code raises fails the build with a report naming the page and the cell (tools/build.py), and
+  the next build executes it again instead of publishing its half-executed run (tools/lab_cache.py).
 """
 
 
@@ -60,6 +61,27 @@ def test_a_raising_page_names_page_and_cell(tmp_path, capsys):
     assert "raise RuntimeError('the chapter is broken')" in out  # the cell
     assert "RuntimeError: the chapter is broken" in out  # the error
     assert "FAILED" in out
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_page_is_never_published_as_built(tmp_path, capsys, monkeypatch):
+    """Broken by its environment (not by an edit), the page fails; built again unchanged it fails again (it is
+    executed again, not reused); repaired, the build succeeds and every code cell of the page has its output."""
+    cells = ["print('first cell')", "import os\nassert os.environ.get('TL_BREAK') != '1', 'broken here'",
+             "print('third cell')"]
+    book = make_book(tmp_path, "\n```\n\n```{code-cell} ipython3\n".join(cells))
+    html = book / "_build" / "html"
+    monkeypatch.setenv("TL_BREAK", "1")
+    for _ in range(2):
+        assert build.run(book, [], html) != 0
+        out = capsys.readouterr().out
+        assert "page page failed to execute" in out and "FAILED" in out, out
+    monkeypatch.delenv("TL_BREAK")
+    built(book, capsys)
+    page = (html / "page.html").read_text()
+    assert page.count('class="cell docutils container"') == 3
+    assert page.count('class="cell_output docutils container"') == 2  # the middle cell prints nothing
+    assert "first cell" in page and "third cell" in page
 
 
 @pytest.mark.timeout(300)

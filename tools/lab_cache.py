@@ -4,6 +4,10 @@ MyST-NB's execution cache keys a notebook by its own code only (MyST-NB issue #2
 ``transformer_lab/`` would leave stale outputs. At each build this extension hashes every file of the package;
 when the hash differs from the one stored beside the cache, it empties the execution cache and marks every
 notebook page outdated, so each is read and executed again. With nothing changed it does nothing.
+
+It also marks outdated every notebook page whose execution failed in the previous build. Sphinx would otherwise
+keep that page's half-executed doctree (its source did not change), and a second build would publish the broken
+page and report success; executed again, the page fails again until it is repaired.
 """
 
 from __future__ import annotations
@@ -52,12 +56,23 @@ def on_builder_inited(app: Sphinx) -> None:
     stamp.write_text(new + "\n")
 
 
+def failed_pages(env) -> set[str]:
+    """The pages whose notebook failed to execute when they were last read (MyST-NB's execution data)."""
+    return {doc for doc, data in getattr(env, "nb_metadata", {}).items()
+            if (data.get("exec_data") or {}).get("succeeded") is False}
+
+
 def on_env_get_outdated(app: Sphinx, env, added, changed, removed) -> list[str]:
+    unchanged = env.found_docs - set(added) - set(changed)
+    again = unchanged & failed_pages(env)
+    if again:
+        logger.info(f"[lab_cache] executing again what failed last time: {', '.join(sorted(again))}")
     if not getattr(env, "lab_package_changed", False):
-        return []
+        return sorted(again)
     src = Path(app.srcdir)
-    return [doc for doc in env.found_docs - set(added) - set(changed)
-            if (p := Path(env.doc2path(doc))).is_file() and _is_notebook(p if p.is_absolute() else src / p)]
+    notebooks = {doc for doc in unchanged
+                 if (p := Path(env.doc2path(doc))).is_file() and _is_notebook(p if p.is_absolute() else src / p)}
+    return sorted(again | notebooks)
 
 
 def setup(app: Sphinx) -> dict:

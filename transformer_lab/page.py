@@ -7,7 +7,9 @@ Every page imports these instead of defining its own copy:
 * :func:`show_steps` typesets a derivation, one ``label: expression`` line per step;
 * :func:`table` displays a table, from rows of cells or from a dict ``{name: value}`` (a check's result);
 * :func:`claim` guards a sentence of the prose: the page's build fails, quoting the sentence, when the
-  computation it describes stops bearing it out.
+  computation it describes stops bearing it out;
+* :func:`seed` is every seed a page uses, shifted by ``TL_SEED_OFFSET`` from the environment, so that a second
+  execution with another offset checks that each guarded sentence holds for other seeds too.
 
 IPython is imported only when something is displayed: the package does not depend on it, the pages (which run in
 a Jupyter kernel) do.
@@ -18,15 +20,35 @@ from __future__ import annotations
 import html
 import inspect
 import numbers
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sympy as sp
 
-__all__ = ["ClaimFailed", "claim", "markdown_table", "show_equations", "show_source", "show_steps", "table"]
+__all__ = ["ClaimFailed", "claim", "markdown_table", "seed", "show_equations", "show_source", "show_steps", "table"]
+
+SEED_OFFSET = "TL_SEED_OFFSET"  # the environment variable that shifts every seed of a page
 
 Rows = Mapping[str, Any] | Iterable[Sequence[Any]]
+
+
+def seed(n: int) -> int:
+    """The seed ``n`` a page asks for, plus the integer in ``$TL_SEED_OFFSET`` (0 when unset).
+
+    Pages write ``torch.manual_seed(seed(0))`` rather than ``torch.manual_seed(0)``: the book is built with offset
+    0, and the tests execute every page again with another offset, so a sentence that held for one seed only fails
+    there instead of on a reader's machine.
+    """
+    raw = os.environ.get(SEED_OFFSET, "0").strip() or "0"
+    try:
+        offset = int(raw)
+    except ValueError:
+        raise ValueError(f"{SEED_OFFSET} must be a whole number, got {raw!r}") from None
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"seed takes a non-negative whole number, got {n!r}")
+    return int(n) + offset
 
 
 class ClaimFailed(AssertionError):
