@@ -1,5 +1,11 @@
-"""Shared test helpers: the repository root and seeded random generators."""
+"""Shared test helpers: the repository root and seeded random generators.
 
+The suite runs on a loaded two-core machine, its tests in parallel (pytest-xdist): torch.compile's inductor builds
+its kernels in the test's own process (``TORCHINDUCTOR_COMPILE_THREADS=1``, inherited by the commands the tests
+start) instead of a pool of worker processes, so that no test depends on a free core or on starting threads.
+"""
+
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +13,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 sys.path.insert(0, str(ROOT / "tools"))  # the build tools are tested too
 
 NOTEBOOK_HEADER = """---

@@ -1,10 +1,13 @@
 """Every page of the book executes top to bottom in a fresh kernel, as another reader's machine would run it.
 
 The book's build has already executed every page once, with this machine's kernels and the pages' own seeds. This
-second execution runs each page as a different machine would: PyTorch's portable kernels instead of the vectorised
-ones this CPU picks (``ATEN_CPU_CAPABILITY=default``), MKL limited to SSE4.2, and every seed shifted by one
+second execution runs each page as a different machine would: the other kernel set (PyTorch's portable kernels,
+``ATEN_CPU_CAPABILITY=default``, and MKL limited to SSE4.2, where the build used the vectorised ones this CPU picks;
+this CPU's own where the build was told to use the portable ones) and every seed shifted by one more
 (``TL_SEED_OFFSET``, read by ``transformer_lab.page.seed``). Every guarded sentence must hold here too, so a claim
-that was true on one CPU or for one seed only fails here, before it reaches a reader.
+that was true on one CPU or for one seed only fails here, before it reaches a reader. Text the page's code wrote
+must still find its Chinese translation (with the new numbers in place): another machine's round-off must not
+leave English on the Chinese page.
 
 The page's wall time and each interactive figure's redraw time are printed, as measurements. The bounds below are
 far above what a page or a redraw costs (a page aims at well under a minute, a redraw at under 100 ms), so only a
@@ -16,6 +19,7 @@ import os
 import time
 from datetime import datetime
 
+import i18n
 import jupytext
 import nbformat
 import pytest
@@ -71,6 +75,13 @@ def test_page_executes_as_another_machine_would(page):
     assert not slow, f"figures on {page.name} redraw slower than {REDRAW_LIMIT_S} s: {slow}"
     if page.parent.name == "chapters" and not page.stem.startswith("08"):
         assert len(redraws) >= 2, f"{page.name} has {len(redraws)} interactive figures; a chapter needs 2"
+    name = page.relative_to(ROOT).with_suffix("").as_posix()
+    if (i18n.CATALOGUES / f"{name}.po").is_file():  # the Chinese page would show what this machine's run wrote
+        english = i18n.untranslated(name, [out["data"]["text/markdown"] for cell in nb.cells
+                                           if cell.cell_type == "code" for out in cell.get("outputs", [])
+                                           if "text/markdown" in out.get("data", {})])
+        assert not english, (f"{page.name}: text the code wrote on another machine has no Chinese translation, "
+                             f"even with its numbers renumbered: {english[:5]}")
 
 
 def test_another_machine_changes_torchs_results():

@@ -94,3 +94,25 @@ def test_claim_refuses_an_empty_sentence_and_an_ambiguous_condition():
         page.claim(True, "  ")
     with pytest.raises(TypeError, match="single truth value"):
         page.claim(torch.tensor([True, False]), "several values are no claim")
+
+
+def test_seed_adds_the_environments_offset(monkeypatch):
+    monkeypatch.delenv("TL_SEED_OFFSET", raising=False)
+    assert page.seed(0) == 0 and page.seed(7) == 7
+    monkeypatch.setenv("TL_SEED_OFFSET", "3")
+    assert page.seed(0) == 3 and page.seed(7) == 10
+    monkeypatch.setenv("TL_SEED_OFFSET", " ")
+    assert page.seed(5) == 5
+
+
+@pytest.mark.parametrize("bad", ["one", "1.5"])
+def test_seed_refuses_an_offset_that_is_not_a_whole_number(monkeypatch, bad):
+    monkeypatch.setenv("TL_SEED_OFFSET", bad)
+    with pytest.raises(ValueError, match="TL_SEED_OFFSET must be a whole number"):
+        page.seed(0)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.0, True, "0"])
+def test_seed_refuses_what_is_not_a_seed(bad):
+    with pytest.raises(ValueError, match="non-negative whole number"):
+        page.seed(bad)

@@ -87,7 +87,8 @@ def test_checker_rejects_a_typical_slip(slip):
 
 def test_a_sentence_the_code_wrote_with_new_numbers_keeps_its_translation():
     """A re-execution measures another time: the sentence keeps its translation with the new numbers in place, in
-    whatever order the Chinese puts them; other words, or one old number becoming two new ones, get none."""
+    whatever order the Chinese puts them; other words get none, and so does one old number becoming two new ones
+    when the Chinese reorders them (two equal numbers kept in the English's order each take their new number)."""
     known = i18n.by_skeleton({"Here: `exp` 164 µs, `exp2` 59 µs per call, a ratio of 2.8.":
                               "比值为 2.8：`exp2` 每次 59 µs，`exp` 164 µs。"})
     assert (i18n.renumbered("Here: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known)
@@ -95,5 +96,21 @@ def test_a_sentence_the_code_wrote_with_new_numbers_keeps_its_translation():
     assert i18n.renumbered("There: `exp` 150 µs, `exp2` 60 µs per call, a ratio of 2.5.", known) is None
     comma = i18n.by_skeleton({"The uncached one 40,550, an average of 135.": "不带缓存的 40,550 个，平均 135。"})
     assert i18n.renumbered("The uncached one 41,000, an average of 136.", comma) == "不带缓存的 41,000 个，平均 136。"
-    twice = i18n.by_skeleton({"From 2 to 2 steps.": "从 2 步到 2 步。"})
-    assert i18n.renumbered("From 2 to 3 steps.", twice) is None
+    reordered = i18n.by_skeleton({"From 2 to 2 steps, then 5.": "先是 5，然后从 2 步到 2 步。"})
+    assert i18n.renumbered("From 2 to 3 steps, then 5.", reordered) is None
+    in_order = i18n.by_skeleton({"largest |difference| vs lens.read: 1.9e-06, last layer: 1.9e-06":
+                                 "与 lens.read 的最大 |差|：1.9e-06，最后一层：1.9e-06"})
+    assert (i18n.renumbered("largest |difference| vs lens.read: 1.4e-06, last layer: 9.5e-07", in_order)
+            == "与 lens.read 的最大 |差|：1.4e-06，最后一层：9.5e-07")
+
+
+@pytest.mark.parametrize(("here", "there"), [
+    ("1.4e-06", "9.5e-07"), ("0", "1.4e-06"), ("0.6", "1.2"), ("-0.0", "2.5e+03"), ("1e-05", "3.25E-7"),
+    ("\u22121.5", "0.25"), ("12", "12,345.5")])
+def test_another_machines_round_off_in_any_number_form_keeps_the_translation(here, there):
+    """Another CPU's round-off prints another number, often in another form (an exact 0 here, 1.4e-06 there; a
+    sign; an exponent): the sentence still finds its translation, with the other machine's numbers in place."""
+    english = "largest |difference| vs `lens.read`: {}, about {}× the float32 unit round-off."
+    chinese = "与 `lens.read` 的最大差：{}，约为 float32 单位舍入误差的 {} 倍。"
+    known = i18n.by_skeleton({english.format(here, "3"): chinese.format(here, "3")})
+    assert i18n.renumbered(english.format(there, "7"), known) == chinese.format(there, "7")

@@ -47,6 +47,10 @@ CODE = re.compile(r"``?[^`]+?``?")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 SUBSTITUTION = re.compile(r"\{\{\s*\w+\s*\}\}")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?")
+# A number as the code prints it, in any of its forms: sign, thousands separators, decimals, exponent (1.4e-06,
+# -0.0, 2.5e+03, 0.6). Another machine's round-off can print another form in the same place (0 here, 1.4e-06
+# there), so a sentence's skeleton blanks each whole numeral, whatever its form.
+NUMERAL = re.compile(r"(?<![\w.])[-+\u2212]?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+\u2212]?\d+)?")
 CJK = re.compile(r"[\u3400-\u9fff]")
 FULL_WIDTH = re.compile(r"[\u3000-\u303f\uff01-\uff5e]")  # Chinese punctuation: ，。：（）
 
@@ -101,8 +105,9 @@ def nothing_to_translate(text: str) -> bool:
 
 
 def skeleton(text: str) -> str:
-    """A message with its numbers blanked: two sentences the code wrote with other numbers share it."""
-    return NUMBER.sub("#", text)
+    """A message with its numbers blanked, whatever their form (:data:`NUMERAL`): two sentences the code wrote with
+    other numbers share it."""
+    return NUMERAL.sub("#", text)
 
 
 def by_skeleton(translations: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -117,17 +122,24 @@ def by_skeleton(translations: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 def renumbered(msgid: str, index: dict[str, tuple[str, str]]) -> str | None:
     """The translation of a sentence that the code wrote with numbers other than those of its translated version
-    (a measured time, a loss after a re-execution): the translation of the message with the same words (found in
-    ``index``, :func:`by_skeleton`), each of its old numbers replaced by the new number in the same place of the
-    English. None when there is no such message, or when one old number would become two different new ones."""
+    (a measured time, a loss after a re-execution, another machine's round-off): the translation of the message
+    with the same words (found in ``index``, :func:`by_skeleton`), with the new numbers in place. Where the
+    translation keeps the English's numbers in the English's order, each takes the new number of its place (so
+    two equal old numbers may become two different ones); otherwise each old number is replaced by the new number
+    in the same place of the English. None when there is no such message, or when, in that second case, one old
+    number would become two different new ones."""
     if (found := index.get(skeleton(msgid))) is None:
         return None
     old_id, old = found
+    old_numbers, new_numbers = NUMERAL.findall(old_id), NUMERAL.findall(msgid)
+    if [n.replace(",", "") for n in NUMERAL.findall(old)] == [n.replace(",", "") for n in old_numbers]:
+        in_order = iter(new_numbers)
+        return NUMERAL.sub(lambda m: next(in_order), old)
     new_of: dict[str, str] = {}
-    for a, b in zip(NUMBER.findall(old_id), NUMBER.findall(msgid), strict=True):
+    for a, b in zip(old_numbers, new_numbers, strict=True):
         if new_of.setdefault(a.replace(",", ""), b) != b:
             return None
-    return NUMBER.sub(lambda m: new_of.get(m.group().replace(",", ""), m.group()), old)
+    return NUMERAL.sub(lambda m: new_of.get(m.group().replace(",", ""), m.group()), old)
 
 
 def glossary() -> list[tuple[str, str, bool]]:
@@ -364,6 +376,40 @@ def stats(templates: Path = TEMPLATES, catalogues: Path = CATALOGUES) -> list[Pa
                    and renumbered(i, index) is None]
         out.append(PageStats(page, len(wanted), len(wanted) - len(fuzzy) - len(missing), fuzzy, missing))
     return out
+
+
+CELL_SPLIT = re.compile(r"(?<!\\)\|")
+TABLE_RULE = re.compile(r"\|?[\s:|-]+\|?")
+LIST_ITEM = re.compile(r"(?:[-*+]|\d+[.)])\s+")
+
+
+def output_messages(markdown: str) -> list[str]:
+    """The messages of Markdown that a cell displays, as Sphinx cuts them: each paragraph, list item, heading and
+    table cell, with its white space folded to single spaces."""
+    out: list[str] = []
+    for block in re.split(r"\n\s*\n", markdown.strip()):
+        lines = [line.strip() for line in block.strip().splitlines() if line.strip()]
+        if lines and all(line.startswith("|") for line in lines):  # a table: one message per cell
+            out += [cell.strip() for line in lines if not TABLE_RULE.fullmatch(line)
+                    for cell in CELL_SPLIT.split(line.strip("|"))]
+        elif lines and all(LIST_ITEM.match(line) for line in lines):  # a list of one-line items
+            out += [LIST_ITEM.sub("", line, count=1) for line in lines]
+        elif lines and lines[0].startswith("#"):
+            out += [lines[0].lstrip("#").strip(), *([" ".join(lines[1:])] if lines[1:] else [])]
+        else:
+            out.append(" ".join(lines))
+    return [m for m in (" ".join(m.split()) for m in out) if m]
+
+
+def untranslated(page: str, markdowns: list[str], catalogues: Path = CATALOGUES) -> list[str]:
+    """The messages of ``markdowns`` (what a page's cells displayed, :func:`output_messages`) that the page's
+    catalogue does not translate, directly or with new numbers (:func:`renumbered`): what another machine's
+    execution would leave in English on the Chinese page."""
+    done = {" ".join(m.id.split()): m.string for m in _read(catalogues / f"{page}.po")
+            if m.id and m.string and not m.fuzzy}
+    index = by_skeleton(done)
+    return [m for text in markdowns for m in output_messages(text)
+            if m not in done and not nothing_to_translate(m) and renumbered(m, index) is None]
 
 
 def print_stats() -> int:
