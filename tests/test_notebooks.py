@@ -32,11 +32,7 @@ PAGE_LIMIT_S = 180  # a regression bound, not the target: chapters aim at well u
 REDRAW_LIMIT_S = 1.0  # likewise: a redraw aims at under 100 ms (CPU time of the redrawing thread, best of 10)
 PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 # Run after the page, in its kernel: every interactive figure it displayed (IPython keeps them in Out) or kept.
-MEASURE_FIGURES = """
-from transformer_lab.viz import InteractiveFigure as _IF
-_figs = {id(v): v for v in [*Out.values(), *globals().values()] if isinstance(v, _IF)}
-print({f"{f.draw.__name__}": round(f.time_redraw(), 4) for f in _figs.values()})
-"""
+MEASURE_FIGURES = "from transformer_lab.viz import redraw_times as _rt\nprint(_rt(globals()))"
 
 
 def is_notebook(path) -> bool:

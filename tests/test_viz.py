@@ -5,7 +5,17 @@ import re
 
 import pytest
 
-from transformer_lab.viz import Choice, InteractiveFigure, Slider, bars, category_labels, figure, interactive, to_png
+from transformer_lab.viz import (
+    Choice,
+    InteractiveFigure,
+    Slider,
+    bars,
+    category_labels,
+    figure,
+    interactive,
+    redraw_times,
+    to_png,
+)
 
 
 def draw_line(slope=1.0, color="C0", title="a line"):
@@ -142,3 +152,9 @@ def test_a_choice_whose_value_is_none_shows_its_label_in_the_live_dropdown():
     fig = interactive(lambda k=None: draw_line(0.5), k=off_default)
     dropdown = fig.widget().children[0].children[0]
     assert dropdown.label == "off" and dropdown.value is None and dropdown.index == 1
+
+
+def test_redraw_times_measure_each_figure_a_page_kept_once():
+    fig = interactive(draw_line, slope=Slider(0, 1, 0.5))
+    times = redraw_times({"fig": fig, "x": 3, "Out": {1: fig}}, repeats=1)
+    assert list(times) == ["draw_line"] and times["draw_line"] > 0

@@ -413,7 +413,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = ("kernels", "components", "swap", "train_speed", "compile_startup", "generate_speed", "recipe",
-              "profile_step", "allreduce")  # in benchmarks/
+              "profile_step", "allreduce", "redraw")  # in benchmarks/
 
 
 def _bench(args: argparse.Namespace) -> int:

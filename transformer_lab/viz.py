@@ -406,3 +406,15 @@ def interactive(draw: Callable[..., Figure], *, static: str | Sequence[str] | No
         raise ValueError(f"{n_frames} frames for {static} exceeds max_frames={max_frames}; use a coarser step")
     return InteractiveFigure(draw, controls, fixed, static, max_frames, alt or (draw.__doc__ or draw.__name__)
                              .strip().splitlines()[0])
+
+
+REDRAW_TARGET_S = 0.1  # a moved control should answer within about 100 ms
+
+
+def redraw_times(namespace: dict[str, Any], repeats: int = 10) -> dict[str, float]:
+    """CPU seconds of one redraw (:meth:`InteractiveFigure.time_redraw`) of every interactive figure a page kept:
+    the values of ``namespace`` (a kernel's globals) and of its ``Out`` (what the page displayed), by the name of
+    each figure's draw function."""
+    held = [*namespace.get("Out", {}).values(), *namespace.values()]
+    figures = {id(v): v for v in held if isinstance(v, InteractiveFigure)}
+    return {f.draw.__name__: round(f.time_redraw(repeats), 4) for f in figures.values()}
