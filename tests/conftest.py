@@ -7,13 +7,18 @@ start) instead of a pool of worker processes, so that no test depends on a free 
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
+from transformer_lab.train import compile_cache_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# the tests' compiled kernels apart from the user's, one folder per CPU kernel set (see compile_cache_dir)
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir(Path(tempfile.gettempdir()) / "tl-inductor")))
 sys.path.insert(0, str(ROOT / "tools"))  # the build tools are tested too
 
 NOTEBOOK_HEADER = """---

@@ -2,6 +2,8 @@
 opts out (issue 18). torch.compile itself is replaced by a recorder here: a real compile takes tens of seconds,
 and the compiled step's agreement with the eager one is tested in test_train.py."""
 
+import os
+
 import pytest
 import torch
 
@@ -62,9 +64,30 @@ def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypa
 def test_the_compile_cache_goes_to_the_users_cache_unless_set(monkeypatch, tmp_path):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert train.use_compile_cache() == tmp_path / "transformer_lab" / "inductor"
+    kernel_set = torch.backends.cpu.get_cpu_capability().lower()
+    assert train.use_compile_cache() == tmp_path / "transformer_lab" / "inductor" / kernel_set
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert train.use_compile_cache() == tmp_path / "mine"
+
+
+@pytest.mark.timeout(600)
+def test_a_run_on_the_other_kernel_set_compiles_beside_the_first_runs_cache(tmp_path):
+    """Inductor's caches do not tell PyTorch's CPU kernel sets apart: a kernel written with vector instructions,
+    found again by a run on the portable set, fails to compile. The user's cache keeps one folder per set, so a
+    compiled run after another on the other set compiles and trains."""
+    import subprocess
+    import sys
+
+    script = ("import torch; from transformer_lab import train; train.use_compile_cache();"
+              "f = torch.compile(lambda x: (x * x).sum(-1).sqrt(), dynamic=False);"
+              "print(train.use_compile_cache().name, float(f(torch.ones(4, 64))[0]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "ATEN_CPU_CAPABILITY")}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    outputs = [subprocess.run([sys.executable, "-c", script], env={**env, **extra}, capture_output=True, text=True,
+                              timeout=300) for extra in ({}, {"ATEN_CPU_CAPABILITY": "default"})]
+    assert [o.returncode for o in outputs] == [0, 0], outputs[-1].stderr[-2000:]
+    first, second = (o.stdout.split() for o in outputs)  # first: this CPU's own set (default only without AVX2)
+    assert first[1] == "8.0" and second == ["default", "8.0"]
 
 
 def test_the_gpt_checks_its_input_once_not_in_every_component(monkeypatch):

@@ -134,13 +134,21 @@ def _cpu_compiler_problem() -> str | None:
     return None
 
 
+def compile_cache_dir(base: Path) -> Path:
+    """Where under ``base`` the compiled kernels for PyTorch's current CPU kernel set go: one folder per set
+    (``AVX512``, ``AVX2``, ``DEFAULT``, as ``$ATEN_CPU_CAPABILITY`` picks). Inductor's caches do not tell the sets
+    apart: a kernel generated with vector instructions, found again by a run on the portable set, fails to
+    compile."""
+    return base / torch.backends.cpu.get_cpu_capability().lower()
+
+
 def use_compile_cache() -> Path:
     """Keep torch.compile's on-disk caches (inductor's FX graph cache, the AOTAutograd cache) in this user's cache
     directory (both are on by default in torch 2.13), so that a second run reuses the first run's compiled kernels;
     ``$TORCHINDUCTOR_CACHE_DIR``, when set, wins."""
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "transformer_lab" / "inductor")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir(base / "transformer_lab" / "inductor"))
     return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
 
 
