@@ -53,6 +53,26 @@ def test_package_change_re_executes_and_nothing_changed_re_executes_none(tmp_pat
 
 
 @pytest.mark.timeout(300)
+def test_a_package_change_reaches_every_build_that_shares_the_cache(tmp_path, capsys):
+    """The English site, the Chinese one and the gettext templates share one execution cache. After a package
+    change the first build executes the page; a second build with its own output must still read the page again
+    (from the cache), not keep what it read before the change."""
+    book = make_book(tmp_path, "from transformer_lab.mod import VALUE\nprint('value', VALUE)")
+    config = book / "_config.yml"
+    config.write_text(config.read_text().replace("execute_notebooks: cache\n", "execute_notebooks: cache\n"
+                                                 f"  cache: {book / '_build' / '.jupyter_cache'}\n"))
+    other = ["--path-output", str(book / "_build" / "other")]
+    built(book, capsys)
+    assert build.run(book, other, book / "_build" / "other" / "_build" / "html") == 0
+    capsys.readouterr()
+    (book / "transformer_lab" / "mod.py").write_text("VALUE = 2\n")
+    assert "1 notebook(s) executed" in built(book, capsys)
+    assert build.run(book, other, book / "_build" / "other" / "_build" / "html") == 0
+    assert "1 from cache" in capsys.readouterr().out
+    assert "value 2" in (book / "_build" / "other" / "_build" / "html" / "page.html").read_text()
+
+
+@pytest.mark.timeout(300)
 def test_a_raising_page_names_page_and_cell(tmp_path, capsys):
     book = make_book(tmp_path, "x = 1\nraise RuntimeError('the chapter is broken')")
     assert build.run(book, [], book / "_build" / "html") != 0

@@ -1,9 +1,12 @@
 """Sphinx extension: re-execute the book's notebooks when the package they import changes.
 
 MyST-NB's execution cache keys a notebook by its own code only (MyST-NB issue #299), so a change to
-``transformer_lab/`` would leave stale outputs. At each build this extension hashes every file of the package;
-when the hash differs from the one stored beside the cache, it empties the execution cache and marks every
-notebook page outdated, so each is read and executed again. With nothing changed it does nothing.
+``transformer_lab/`` would leave stale outputs. At each build this extension hashes every file of the package.
+When the hash differs from the one stored beside the cache, it empties the execution cache, so each page is
+executed again. When it differs from the one this build's Sphinx environment last read its pages with, it marks
+every notebook page outdated, so each is read again: the two are kept apart because several builds share one
+cache (the English site, the Chinese one, the gettext templates), and the first of them after a change executes
+the pages, the others read them from the cache but must still read them. With nothing changed it does nothing.
 
 It also marks outdated every notebook page whose execution failed in the previous build. Sphinx would otherwise
 keep that page's half-executed doctree (its source did not change), and a second build would publish the broken
@@ -45,8 +48,9 @@ def on_builder_inited(app: Sphinx) -> None:
     cache = _cache_dir(app)
     stamp = cache / STAMP
     new = package_hash(Path(app.srcdir))
+    app.env.lab_package_changed = getattr(app.env, "lab_package_hash", None) != new  # this build's own pages
+    app.env.lab_package_hash = new
     old = stamp.read_text().strip() if stamp.is_file() else None
-    app.env.lab_package_changed = old != new
     if old == new:
         return
     if cache.exists():
