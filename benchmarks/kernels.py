@@ -1,7 +1,13 @@
-"""The single-operation timings behind the speed choices of chapters 1, 4 and 8, as ratios measured in one run.
+"""A check of the package's speed tricks, one operation at a time: ratios of timings measured in one run.
 
-* ``exp`` against ``exp2`` on attention-sized scores: why attention exponentiates in base 2 (chapter 1);
-* ``tanh`` against ``sigmoid``: why the tanh-GELU is computed as x σ(2u) (chapters 4 and 8);
+A machine-specific trick stays in the teaching components only if it is faster under both of PyTorch's CPU kernel
+sets; run this under each (``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`` and
+``ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2``), several times, alternating. A ratio above 1 means
+the second operation (the trick) is faster.
+
+* ``exp`` against ``exp2`` on attention-sized scores: base-2 exponentials (e^x = 2^(x log₂e)) were slower under
+  both sets, so attention exponentiates with ``exp`` (chapter 1); the row stays as the evidence;
+* ``tanh`` against ``sigmoid``: why the tanh-GELU is computed as x σ(2u) (chapter 8);
 * gathering the gradients of Q, K and V split by ``split`` + ``view`` (a reshape copy of each, then a ``cat``)
   against ``view`` + ``unbind`` (one ``cat`` along the new axis): why ``MultiHeadAttention`` uses the latter;
 * ``torch.broadcast_shapes`` against the package's small ``_broadcast``.

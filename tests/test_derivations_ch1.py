@@ -34,11 +34,6 @@ def test_sympy_gradient_of_attention_matches_autograd(mask):
         torch.testing.assert_close(torch.as_tensor(a), b, atol=1e-12, rtol=1e-12)
 
 
-def test_exp2_identity_is_symbolic():
-    x = sp.symbols("x", real=True)
-    assert sp.simplify(sp.Integer(2) ** (x * sp.log(sp.E, 2)) - sp.exp(x)) == 0
-
-
 def test_fully_masked_row_is_the_stated_convention():
     st = ch1.attention_steps(2, 3, 2, 2, mask=[[True, False, False], [False, False, False]])
     assert st["A"].row(1) == sp.zeros(1, 3) and st["O"].row(0) == st["V"].row(0)

@@ -2,14 +2,14 @@
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
 
-Everything is written with plain tensor operations (matrix products, reshapes, chapter 2's max-shifted softmax,
-here in base 2, and its Jacobian in the hand-written backward pass of the attention core), shape comments beside each
-line, and keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
+Everything is written with plain tensor operations (matrix products, reshapes, chapter 2's max-shifted softmax
+and its Jacobian in the hand-written backward pass of the attention core), shape comments beside each line, and
+keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
 Masks are boolean with ``True`` = "may attend", the convention of ``F.scaled_dot_product_attention``.
 
 Dtypes: float32 and float64 inputs are computed in their own dtype; float16 and bfloat16 inputs are computed in
-float32 and the results rounded back once. In float16 itself the base-2 scores S log₂e would overflow to inf past
-65504 (S > 45400), giving inf - inf = NaN, and the products and row sums would lose digits.
+float32 and the results rounded back once. In float16 itself the scores S would overflow to inf past 65504, giving
+inf - inf = NaN, and the products and row sums would lose digits.
 """
 
 from __future__ import annotations
@@ -155,9 +155,6 @@ _CAUSAL_SPLIT_MIN = 32  # hand-chosen, not a measured break-even: near it the sp
 # (a review's one-thread forward + backward timings found it slower at T = 32)
 
 
-_LOG2E, _LN2 = 1.0 / math.log(2.0), math.log(2.0)  # log₂e = 1 / ln 2
-
-
 def _additive(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
     """The boolean mask as an additive 0 / -inf matrix in ``like``'s dtype (adding is faster than masked_fill)."""
     if mask is None:
@@ -166,8 +163,8 @@ def _additive(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | N
 
 
 def _softmax_weights(q: torch.Tensor, key: torch.Tensor, additive: torch.Tensor | None) -> torch.Tensor:
-    """P = softmax(S) with S log₂e = q Kᵀ (+ additive): q (..., T_q, d_k) is Q · scale · log₂e. (..., T_q, T_k)."""
-    scores = q @ key.transpose(-2, -1)  # S log₂e = (Q log₂e / √d_k) Kᵀ: the scores in base-2 units
+    """P = softmax(S) with S = q Kᵀ (+ additive): q (..., T_q, d_k) is Q · scale. (..., T_q, T_k)."""
+    scores = q @ key.transpose(-2, -1)  # S = (Q / √d_k) Kᵀ   (..., T_q, T_k)
     if additive is not None:  # S_ij = -inf where j may not be attended (in place unless the mask has more dims)
         fits = _broadcast(scores.shape, additive.shape) == tuple(scores.shape)
         scores = scores.add_(additive) if fits else scores + additive
@@ -175,22 +172,22 @@ def _softmax_weights(q: torch.Tensor, key: torch.Tensor, additive: torch.Tensor 
 
 
 def _softmax_(scores: torch.Tensor) -> torch.Tensor:
-    """P = softmax(S) along the last dim, in place, from the scores in base-2 units S log₂e (-inf where masked)."""
+    """P = softmax(S) along the last dim, in place, from the scores S (-inf where masked)."""
     p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
-    p = p.exp2_()  # e^(S - max S) = 2^((S - max S) log₂e); exactly 0 where masked (2^-inf)
+    p = p.exp_()  # e^(S - max S); exactly 0 where masked (e^-inf)
     return p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1
 
 
 def _prepare(query, key, value, scale):
-    """Q · scale · log₂e (scaling Q is cheaper than scaling S), K and V made contiguous once, for all products."""
-    q = torch.mul(query, scale * _LOG2E, out=query.new_empty(query.shape))  # (..., T_q, d_k)
+    """Q · scale (scaling Q is cheaper than scaling S), K and V made contiguous once, for all products."""
+    q = torch.mul(query, scale, out=query.new_empty(query.shape))  # (..., T_q, d_k)
     return q, key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
 
 
 def _scores_backward(g_s, q, key, scale):
-    """∂L/∂Q and ∂L/∂K from ∂L/∂S, for S = (Q·scale) Kᵀ and q = Q·scale·log₂e."""
+    """∂L/∂Q and ∂L/∂K from ∂L/∂S, for S = q Kᵀ and q = Q·scale."""
     g_query = (g_s @ key).mul_(scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
-    g_key = (g_s.transpose(-2, -1) @ q).mul_(_LN2)  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale)   (..., T_k, d_k)
+    g_key = g_s.transpose(-2, -1) @ q  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale)   (..., T_k, d_k)
     return g_query, g_key
 
 
@@ -234,9 +231,6 @@ class _Attention(torch.autograd.Function):
     Masking and the softmax's steps work in place on the one (..., T_q, T_k) buffer of S, instead of a new buffer
     for each step (the additive mask, when given, is one more buffer, of the boolean mask's shape; a mask with more
     dims than S costs one copy of S).
-    The exponential is taken in base 2, e^x = 2^(x log₂e), with log₂e folded into the scaling of Q (as
-    the FlashAttention-2 CUDA kernels do): the same softmax, and PyTorch's CPU ``exp2`` is faster than its ``exp``
-    (2.8-4.4x in ``benchmarks/kernels.py``, depending on the machine and run).
     """
 
     @staticmethod
@@ -277,7 +271,7 @@ class _CausalAttention(torch.autograd.Function):
     and queries m … T-1 against all T keys: a quarter of the (T, T) score matrix, all of it masked, is never
     computed, in the forward pass or the backward. (PyTorch's fused CPU kernel skips such blocks too.)
     The heads are flattened into one batch dimension N = B·h, so that each product is one ``bmm``, and
-    ``baddbmm`` computes S log₂e + mask = (Q · scale · log₂e) Kᵀ + mask in one call (the scaling and the mask
+    ``baddbmm`` computes S + mask = scale · Q Kᵀ + mask in one call (the scaling and the mask
     ride on the product instead of taking a pass of their own).
     """
 
@@ -286,7 +280,7 @@ class _CausalAttention(torch.autograd.Function):
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # (B, h)
         T, m = query.shape[-2], query.shape[-2] // 2
         q, key_, value_ = (t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (query, key, value))
-        k_t, alpha = key_.transpose(1, 2), scale * _LOG2E  # Kᵀ (N, d_k, T); additive: 0 / -inf   (T, T)
+        k_t, alpha = key_.transpose(1, 2), scale  # Kᵀ (N, d_k, T); additive: 0 / -inf   (T, T)
         p1 = _softmax_(torch.baddbmm(additive[:m, :m], q[:, :m], k_t[..., :m], alpha=alpha))  # first half (N, m, m)
         p2 = _softmax_(torch.baddbmm(additive[m:], q[:, m:], k_t, alpha=alpha))  # the rest, every key (N, T - m, T)
         out = torch.cat((torch.bmm(p1, value_[:, :m]), torch.bmm(p2, value_)), dim=1)  # O = P V   (N, T, d_v)

@@ -55,7 +55,7 @@ class _Softmax(torch.autograd.Function):
     and ṗ = J t = p ⊙ (t − ⟨t, p⟩) (J is symmetric).
 
     One saved tensor and three operations instead of autograd's trace through max, exp, sum and divide: the
-    backward pass is chapter 2's Jacobian, written once. (The attention core has its own base-2 copy of the
+    backward pass is chapter 2's Jacobian, written once. (The attention core has its own in-place copy of the
     forward, fused with the masking, in :mod:`transformer_lab.attention`.)
     """
 

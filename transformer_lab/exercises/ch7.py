@@ -522,7 +522,7 @@ FP, OPT, NEITHER = "floating point", "optimisation", "neither"
 TRICKS = {  # the chapter's table (tests/test_exercises_ch7.py reads the page's table and compares), then three more
     "max-shift": FP, "1/sqrt(d_k)": OPT, "LayerNorm": OPT, "residual connections": OPT, "pre-LN": OPT,
     "0.02/sqrt(2L) initialisation": OPT, "warm-up": OPT, "float32 statistics": FP, "loss scaling": FP,
-    "dropout": NEITHER, "weight tying": NEITHER, "base-2 exponential": NEITHER, "skipping masked blocks": NEITHER,
+    "dropout": NEITHER, "weight tying": NEITHER, "skipping masked blocks": NEITHER,
     "tanh-GELU as x*sigmoid(2u)": NEITHER,
     "gradient clipping": OPT, "log_softmax instead of log(softmax)": FP, "label smoothing": NEITHER,
 }
@@ -540,7 +540,6 @@ _TRICK_HINTS = {
     "loss scaling": "float16 gradients below 2^-25 round to 0: a range problem that exact numbers would not have",
     "dropout": "a regulariser against over-fitting; it does nothing for stability",
     "weight tying": "fewer parameters, a shared embedding geometry: architecture, not stability",
-    "base-2 exponential": "e^x and 2^(x log2 e) are equally stable; the reason is speed",
     "skipping masked blocks": "the skipped scores would be discarded anyway; the reason is speed",
     "tanh-GELU as x*sigmoid(2u)": "the same function, computed faster; the reason is speed",
     "gradient clipping": "it bounds the size of an update, in exact arithmetic too: the scale of updates",
