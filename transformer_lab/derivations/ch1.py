@@ -5,7 +5,7 @@ matrix for given sizes; :func:`rank_of_scores` also returns the rank of one rand
 :func:`attention_function` and :func:`attention_gradient_function` are NumPy callables lambdified from the symbolic
 matrices; and :func:`check` returns floats:
 on one random float64 instance, the largest disagreement with ``transformer_lab.attention`` and the PyTorch
-reference (values, and the gradients of attention). :func:`multihead_sum_identity` proves the sum over heads on
+reference (values, and the gradients of attention), relative to the size of the numbers compared. :func:`multihead_sum_identity` proves the sum over heads on
 general symbols, for the sizes it is given (T, C, n_head), not for every size.
 
 Convention, not derivation: a query row whose keys are all masked has weights ``0/0``; like PyTorch we define its
@@ -190,8 +190,16 @@ def embedding_lookup(V: int = 4, C: int = 3, index: int = 2) -> dict:
     return {"E": E, "one_hot": one_hot, "product": one_hot * E, "row": E.row(index)}
 
 
+def _relative(a, b) -> float:
+    """``max |a - b| / max(1, max |b|)``: the largest difference, relative to the size of ``b`` (below 1, absolute)."""
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+
+
 def check(seed: int = 0) -> dict[str, float]:
-    """Largest |difference| between SymPy (lambdified), ``transformer_lab`` and PyTorch on random float64 data."""
+    """Largest difference between SymPy (lambdified), ``transformer_lab`` and PyTorch on random float64 data, each
+    relative to the size of the numbers compared: ``max |a - b| / max(1, max |b|)``, so that one bound in units of
+    float64's epsilon holds whatever the scale of the instance."""
     from transformer_lab.attention import Embedding, MultiHeadAttention, scaled_dot_product_attention, split_heads
     from transformer_lab.reference import multihead_reference
 
@@ -209,9 +217,9 @@ def check(seed: int = 0) -> dict[str, float]:
         mt = None if m is None else torch.tensor(m)
         ours_o, ours_a = scaled_dot_product_attention(query=Q, key=K, value=V, mask=mt)
         ref_o = F.scaled_dot_product_attention(Q, K, V, attn_mask=mt)
-        out[f"attention{name}: sympy vs ours"] = float((torch.as_tensor(sym_o) - ours_o).abs().max())
-        out[f"attention{name}: ours vs torch"] = float((ours_o - ref_o).abs().max())
-        out[f"weights{name}: sympy vs ours"] = float((torch.as_tensor(sym_a) - ours_a).abs().max())
+        out[f"attention{name}: sympy vs ours"] = _relative(sym_o, ours_o)
+        out[f"attention{name}: ours vs torch"] = _relative(ours_o, ref_o)
+        out[f"weights{name}: sympy vs ours"] = _relative(sym_a, ours_a)
     # gradients of L = Σ G ⊙ O: SymPy's derivatives against autograd through our hand-written backward pass
     for name, m in (("", None), ("_masked", [[True, False, True], [False, False, False]])):
         Q, K, V, G = rnd(2, 2), rnd(3, 2), rnd(3, 2), rnd(2, 2)
@@ -220,13 +228,12 @@ def check(seed: int = 0) -> dict[str, float]:
         o = scaled_dot_product_attention(query=inputs[0], key=inputs[1], value=inputs[2],
                                          mask=None if m is None else torch.tensor(m))[0]
         ours_g = torch.autograd.grad((o * G).sum(), inputs)
-        out[f"gradients{name} (Q, K, V): sympy vs ours"] = max(float((torch.as_tensor(a) - b).abs().max())
-                                                               for a, b in zip(sym_g, ours_g, strict=True))
+        out[f"gradients{name} (Q, K, V): sympy vs ours"] = max(_relative(a, b) for a, b in zip(sym_g, ours_g, strict=True))
 
     T, C, h = 3, 4, 2
     X = rnd(1, T, C)
     P = torch.tensor(split_permutation(T, C, h).tolist(), dtype=torch.float64)
-    out["split_heads: permutation vs ours"] = float((P @ X.reshape(-1) - split_heads(X, h).reshape(-1)).abs().max())
+    out["split_heads: permutation vs ours"] = _relative(P @ X.reshape(-1), split_heads(X, h).reshape(-1))
 
     torch.manual_seed(seed)
     ours = MultiHeadAttention(C, h).double()
@@ -246,12 +253,12 @@ def check(seed: int = 0) -> dict[str, float]:
     Wo = sp.Matrix(ours.out_proj.weight.detach().T.tolist())
     y_sym = multihead_as_sum(Xb, Wqb, Wkb, Wvb, Wo, h, mask=causal.tolist())
     y_sym = torch.tensor(sp.N(y_sym).tolist(), dtype=torch.float64) + ours.out_proj.bias.detach()
-    out["multi-head: sum over heads (sympy) vs ours"] = float((y_sym - y_ours[0]).abs().max())
-    out["multi-head: ours vs nn.MultiheadAttention"] = float((y_ours - y_ref).abs().max())
+    out["multi-head: sum over heads (sympy) vs ours"] = _relative(y_sym, y_ours[0])
+    out["multi-head: ours vs nn.MultiheadAttention"] = _relative(y_ours, y_ref)
 
     emb = Embedding(5, 3).double().requires_grad_(False)
     idx = torch.tensor([[0, 4, 2]])
     one_hot = F.one_hot(idx, 5).double()
-    out["embedding: one-hot @ E vs ours"] = float((one_hot @ emb.weight - emb(idx)).abs().max())
-    out["embedding: ours vs F.embedding"] = float((emb(idx) - F.embedding(idx, emb.weight)).abs().max())
+    out["embedding: one-hot @ E vs ours"] = _relative(one_hot @ emb.weight, emb(idx))
+    out["embedding: ours vs F.embedding"] = _relative(emb(idx), F.embedding(idx, emb.weight))
     return out

@@ -1,7 +1,8 @@
 """Chapter 2 (probability): softmax, its Jacobian, its limits, and the chain rule of probability.
 
 Every function returns SymPy objects; :func:`check` lambdifies them and measures the largest disagreement with
-``transformer_lab.softmax`` / ``transformer_lab.sampling`` and the PyTorch reference on random float64 inputs.
+``transformer_lab.softmax`` / ``transformer_lab.sampling`` and the PyTorch reference on random float64 inputs,
+relative to the size of the numbers compared.
 """
 
 from __future__ import annotations
@@ -132,8 +133,16 @@ def cross_entropy_one_hot(n: int = 3, target: int = 0) -> dict:
                                                                                       force=True))}
 
 
+def _relative(a, b) -> float:
+    """``max |a - b| / max(1, max |b|)``: the largest difference, relative to the size of ``b`` (below 1, absolute)."""
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    return float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+
+
 def check(seed: int = 0) -> dict[str, float]:
-    """Largest |difference| between SymPy (lambdified), ``transformer_lab`` and PyTorch on random float64 data."""
+    """Largest difference between SymPy (lambdified), ``transformer_lab`` and PyTorch on random float64 data, each
+    relative to the size of the numbers compared: ``max |a - b| / max(1, max |b|)`` (log-probabilities and the
+    cross-entropy can be far from 1; probabilities and Jacobian entries are at most 1, so theirs is absolute)."""
     from transformer_lab.sampling import filter_logits
     from transformer_lab.softmax import log_softmax, softmax, softmax_jacobian
 
@@ -145,13 +154,13 @@ def check(seed: int = 0) -> dict[str, float]:
     sym_J = torch.tensor(sp.lambdify([der["z"]], der["J"], "numpy")(z.tolist()), dtype=torch.float64)
     ours_p = softmax(z)
     out = {
-        "softmax: sympy vs ours": float((sym_p - ours_p).abs().max()),
-        "softmax: ours vs F.softmax": float((ours_p - F.softmax(z, -1)).abs().max()),
-        "log_softmax: ours vs F.log_softmax": float((log_softmax(z) - F.log_softmax(z, -1)).abs().max()),
-        "jacobian: sympy vs diag(p) - ppᵀ (ours)": float((sym_J - softmax_jacobian(ours_p)).abs().max()),
+        "softmax: sympy vs ours": _relative(sym_p, ours_p),
+        "softmax: ours vs F.softmax": _relative(ours_p, F.softmax(z, -1)),
+        "log_softmax: ours vs F.log_softmax": _relative(log_softmax(z), F.log_softmax(z, -1)),
+        "jacobian: sympy vs diag(p) - ppᵀ (ours)": _relative(sym_J, softmax_jacobian(ours_p)),
         "jacobian: ours vs torch.func.jacrev(F.softmax)":
-            float((softmax_jacobian(ours_p) - torch.func.jacrev(lambda t: F.softmax(t, -1))(z)).abs().max()),
-        "shift invariance: softmax(z + 1000) vs softmax(z)": float((softmax(z + 1000) - ours_p).abs().max()),
+            _relative(softmax_jacobian(ours_p), torch.func.jacrev(lambda t: F.softmax(t, -1))(z)),
+        "shift invariance: softmax(z + 1000) vs softmax(z)": _relative(softmax(z + 1000), ours_p),
     }
     lim = temperature_limits()
     f = sp.lambdify([lim["T"], lim["a"], lim["b"]], lim["p"], "numpy")
@@ -159,10 +168,10 @@ def check(seed: int = 0) -> dict[str, float]:
     worst = 0.0
     for T in (0.05, 0.5, 1.0, 4.0, 100.0):
         sym = torch.tensor(f(T, float(zz[0] - zz[1]), float(zz[0] - zz[2])), dtype=torch.float64).reshape(-1)
-        worst = max(worst, float((sym - softmax(filter_logits(zz, temperature=T))).abs().max()))
+        worst = max(worst, _relative(sym, softmax(filter_logits(zz, temperature=T))))
     out["temperature: sympy vs ours (T = 0.05 … 100)"] = worst
-    out["T = 1e-3 vs argmax one-hot"] = float((softmax(zz / 1e-3) - F.one_hot(zz.argmax(), 3)).abs().max())
-    out["T = 1e6 vs uniform"] = float((softmax(zz / 1e6) - 1 / 3).abs().max())
+    out["T = 1e-3 vs argmax one-hot"] = _relative(softmax(zz / 1e-3), F.one_hot(zz.argmax(), 3))
+    out["T = 1e6 vs uniform"] = _relative(softmax(zz / 1e6), torch.full((3,), 1 / 3, dtype=torch.float64))
     # the chain rule on a random joint over 2^3 sequences, with conditionals computed by counting marginals
     joint = torch.rand(2, 2, 2, generator=gen, dtype=torch.float64)
     joint = joint / joint.sum()
@@ -170,8 +179,8 @@ def check(seed: int = 0) -> dict[str, float]:
     p2 = joint.sum(2) / p1[:, None]
     p3 = joint / joint.sum(2, keepdim=True)
     prod = p1[:, None, None] * p2[:, :, None] * p3
-    out["chain rule: product of conditionals vs joint"] = float((prod - joint).abs().max())
+    out["chain rule: product of conditionals vs joint"] = _relative(prod, joint)
     ce = -log_softmax(z)[2]
-    out["cross-entropy: -log_softmax(z)[y] vs F.cross_entropy"] = float(
-        (ce - F.cross_entropy(z[None], torch.tensor([2]))).abs())
+    out["cross-entropy: -log_softmax(z)[y] vs F.cross_entropy"] = _relative(
+        ce, F.cross_entropy(z[None], torch.tensor([2])))
     return out

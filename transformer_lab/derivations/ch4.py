@@ -187,11 +187,19 @@ def mlp_chain_rule(d_model: int = 2, d_hidden: int = 2) -> dict[str, object]:
             **{f"difference_{k}": (direct[k] - chain[k]).applyfunc(sp.simplify) for k in direct}}
 
 
-def check(seed: int = 0) -> dict[str, float]:
+def check(seed: int = 0, *, relative: bool = False) -> dict[str, float]:
     """Largest |difference| of each pair among SymPy (lambdified), ours and torch.autograd, float64, random inputs:
-    three rows per piece (GELU exact, GELU tanh, linear, softmax + CE, LayerNorm, MLP block)."""
+    three rows per piece (GELU exact, GELU tanh, linear, softmax + CE, LayerNorm, MLP block).
+
+    With ``relative=True`` each difference is divided by the size of the numbers its formula combines (at least 1),
+    so that every row measures float64 rounding whatever the draw: the largest |value| compared, and for LayerNorm
+    r·max|ĝ|·(1 + r·max|x|) with r = 1/√(σ² + ε), the size of the terms of r(ĝ − mean ĝ − x̂ mean(ĝx̂)) times the
+    digits that x − μ loses when a row's spread is small next to its entries."""
     from transformer_lab.backprop import gelu_grad, layer_norm_backward, linear_backward, softmax_cross_entropy_backward
     from transformer_lab.mlp import MLP
+
+    def size(*tensors) -> float:  # what a difference is divided by: 1, or the largest |value| (at least 1)
+        return max(1.0, *(t.detach().abs().max().item() for t in tensors)) if relative else 1.0
 
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, float] = {}
@@ -202,9 +210,10 @@ def check(seed: int = 0) -> dict[str, float]:
         sym = torch.from_numpy(sp.lambdify(x, deriv()["derivative"], _NUMPY)(xs.numpy()))
         ours = gelu_grad(xs, approx)
         (auto,) = torch.autograd.grad(F.gelu(xa, approximate=approx).sum(), xa)
-        out[f"{name}: sympy vs ours"] = (sym - ours).abs().max().item()
-        out[f"{name}: ours vs autograd"] = (ours - auto).abs().max().item()
-        out[f"{name}: sympy vs autograd"] = (sym - auto).abs().max().item()
+        scale = size(sym, ours, auto)
+        out[f"{name}: sympy vs ours"] = (sym - ours).abs().max().item() / scale
+        out[f"{name}: ours vs autograd"] = (ours - auto).abs().max().item() / scale
+        out[f"{name}: sympy vs autograd"] = (sym - auto).abs().max().item() / scale
 
     d = linear_gradient()  # the batched linear layer: ∂L/∂X, ∂L/∂W, ∂L/∂b
     (n, d_in), d_out = d["X"].shape, d["W"].shape[0]
@@ -217,12 +226,13 @@ def check(seed: int = 0) -> dict[str, float]:
     ours = linear_backward(gv, xv, wv, bias=True)
     leaves = [t.clone().requires_grad_(True) for t in (xv, wv, bv)]
     auto = torch.autograd.grad(F.linear(*leaves), leaves, gv)
+    scale = size(*sym, *ours, *auto)
     out["linear (batched, X, W, b): sympy vs ours"] = max((s.reshape(o.shape) - o).abs().max().item()
-                                                          for s, o in zip(sym, ours, strict=True))
+                                                          for s, o in zip(sym, ours, strict=True)) / scale
     out["linear (batched, X, W, b): ours vs autograd"] = max((o - a).abs().max().item()
-                                                             for o, a in zip(ours, auto, strict=True))
+                                                             for o, a in zip(ours, auto, strict=True)) / scale
     out["linear (batched, X, W, b): sympy vs autograd"] = max((s.reshape(a.shape) - a).abs().max().item()
-                                                              for s, a in zip(sym, auto, strict=True))
+                                                              for s, a in zip(sym, auto, strict=True)) / scale
 
     n = 3
     d = softmax_ce_gradient(n)
@@ -234,9 +244,10 @@ def check(seed: int = 0) -> dict[str, float]:
     ours = softmax_cross_entropy_backward(z[None], torch.tensor([k]))[0]
     za = z.clone().requires_grad_(True)
     (auto,) = torch.autograd.grad(F.cross_entropy(za[None], torch.tensor([k])), za)
-    out["softmax_ce: sympy vs ours"] = (sym - ours).abs().max().item()
-    out["softmax_ce: ours vs autograd"] = (ours - auto).abs().max().item()
-    out["softmax_ce: sympy vs autograd"] = (sym - auto).abs().max().item()
+    scale = size(sym, ours, auto)
+    out["softmax_ce: sympy vs ours"] = (sym - ours).abs().max().item() / scale
+    out["softmax_ce: ours vs autograd"] = (ours - auto).abs().max().item() / scale
+    out["softmax_ce: sympy vs autograd"] = (sym - auto).abs().max().item() / scale
 
     d = layer_norm_gradient(n)
     grad_fn = sp.lambdify([d["x"], d["g"], d["eps"]], list(d["gradient"]), "numpy")
@@ -246,9 +257,11 @@ def check(seed: int = 0) -> dict[str, float]:
     ours = layer_norm_backward(g, xv, None, 1e-5)[0]
     xa = xv.clone().requires_grad_(True)
     (auto,) = torch.autograd.grad((F.layer_norm(xa, (n,), eps=1e-5) * g).sum(), xa)
-    out["layer_norm: sympy vs ours"] = (sym - ours).abs().max().item()
-    out["layer_norm: ours vs autograd"] = (ours - auto).abs().max().item()
-    out["layer_norm: sympy vs autograd"] = (sym - auto).abs().max().item()
+    r = 1.0 / math.sqrt(xv.var(unbiased=False).item() + 1e-5)
+    scale = max(1.0, r * g.abs().max().item() * (1.0 + r * xv.abs().max().item())) if relative else 1.0
+    out["layer_norm: sympy vs ours"] = (sym - ours).abs().max().item() / scale
+    out["layer_norm: ours vs autograd"] = (ours - auto).abs().max().item() / scale
+    out["layer_norm: sympy vs autograd"] = (sym - auto).abs().max().item() / scale
 
     # the whole block, with f = GELU (tanh form): all five gradients
     d = mlp_chain_rule()
@@ -270,10 +283,11 @@ def check(seed: int = 0) -> dict[str, float]:
     xa = xv.clone().requires_grad_(True)
     params = dict(mlp.named_parameters())
     auto = dict(zip(["x", *params], torch.autograd.grad((mlp(xa) * c).sum(), [xa, *params.values()]), strict=True))
+    scale = size(*sym.values(), *ours.values(), *auto.values())
     out["mlp_block (5 gradients): sympy vs ours"] = max((sym[k].reshape(ours[k].shape) - ours[k]).abs().max().item()
-                                                        for k in names.values())
+                                                        for k in names.values()) / scale
     out["mlp_block (5 gradients): ours vs autograd"] = max((ours[k] - auto[k]).abs().max().item()
-                                                           for k in names.values())
+                                                           for k in names.values()) / scale
     out["mlp_block (5 gradients): sympy vs autograd"] = max((sym[k].reshape(auto[k].shape) - auto[k]).abs().max()
-                                                            .item() for k in names.values())
+                                                            .item() for k in names.values()) / scale
     return out

@@ -156,8 +156,15 @@ def _brute_force_partitions(d_model: int, n_head: int) -> int:
                if all(len(b) == d_model // n_head for b in part))
 
 
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest |a - b| / max(1, |b|): a difference relative to the size of the value compared (absolute for
+    values below 1)."""
+    return ((a - b).abs() / b.abs().clamp(min=1.0)).max().item()
+
+
 def check(seed: int = 0) -> dict[str, float]:
-    """Largest |difference| between SymPy (lambdified), ours and the independent references, float64."""
+    """Largest relative difference, |a - b| / max(1, |b|), between SymPy (lambdified), ours and the independent
+    references, float64; the two counts are compared exactly."""
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, float] = {}
     d, n_pos, base = 8, 64, 10000
@@ -165,13 +172,13 @@ def check(seed: int = 0) -> dict[str, float]:
     positions = np.arange(n_pos, dtype=np.float64)
     sym = torch.from_numpy(np.asarray(pe_sym(positions), dtype=np.float64).squeeze(1).T)  # (n_pos, d)
     ours = pos_mod.sinusoidal_encoding(n_pos, d, base=base, dtype=torch.float64)
-    out["PE: sympy vs ours"] = (sym - ours).abs().max().item()
+    out["PE: sympy vs ours"] = _relative(sym, ours)
     R_sym = sp.lambdify(k, pe_rotation_matrix(d, base), "numpy")
     worst_R, worst_shift = 0.0, 0.0
     for kk in (1, 3, 17, 40):
         R = pos_mod.relative_rotation(kk, d, base=base, dtype=torch.float64)
-        worst_R = max(worst_R, (torch.from_numpy(np.asarray(R_sym(float(kk)), dtype=np.float64)) - R).abs().max().item())
-        worst_shift = max(worst_shift, (ours[kk:] - ours[:-kk] @ R.T).abs().max().item())  # PE(p+k) = R(k) PE(p)
+        worst_R = max(worst_R, _relative(torch.from_numpy(np.asarray(R_sym(float(kk)), dtype=np.float64)), R))
+        worst_shift = max(worst_shift, _relative(ours[:-kk] @ R.T, ours[kk:]))  # PE(p+k) = R(k) PE(p)
     out["R(k): sympy vs ours"] = worst_R
     out["PE(pos+k) - R(k)·PE(pos): ours"] = worst_shift
     # RoPE: ours vs the complex-number reference (x_{2i} + i x_{2i+1}) · e^{i m ω_i}
@@ -180,13 +187,13 @@ def check(seed: int = 0) -> dict[str, float]:
     angle = torch.arange(T, dtype=torch.float64)[:, None] * pos_mod.sinusoidal_frequencies(dk, dtype=torch.float64)
     ref = torch.view_as_real(torch.view_as_complex(x.reshape(B, h, T, dk // 2, 2).contiguous())
                              * torch.polar(torch.ones_like(angle), angle)).flatten(-2)
-    out["RoPE: ours vs complex reference"] = (pos_mod.apply_rope(x) - ref).abs().max().item()
+    out["RoPE: ours vs complex reference"] = _relative(pos_mod.apply_rope(x), ref)
     # RoPE scores depend on m - n only: shift every position by s
     q, key = torch.randn(T, dk, generator=gen, dtype=torch.float64), torch.randn(T, dk, generator=gen, dtype=torch.float64)
     p0 = torch.arange(T)
     s0 = pos_mod.apply_rope(q, p0) @ pos_mod.apply_rope(key, p0).T
     s1 = pos_mod.apply_rope(q, p0 + 37) @ pos_mod.apply_rope(key, p0 + 37).T
-    out["RoPE scores shifted by 37: ours"] = (s0 - s1).abs().max().item()
+    out["RoPE scores shifted by 37: ours"] = _relative(s1, s0)
     # the symbolic 2-d score, lambdified, against ours on the first pair
     m_, n_, th = sp.symbols("m n theta", real=True)
     score = dict(rope_relative())["score ⟨RoPE(q, m), RoPE(k, n)⟩"]
@@ -195,7 +202,7 @@ def check(seed: int = 0) -> dict[str, float]:
     sym_s = torch.tensor([[f(q[a, 0].item(), q[a, 1].item(), key[b, 0].item(), key[b, 1].item(), a, b, w0)
                            for b in range(T)] for a in range(T)], dtype=torch.float64)
     ours_s = pos_mod.apply_rope(q[:, :2], p0) @ pos_mod.apply_rope(key[:, :2], p0).T
-    out["RoPE score (one pair): sympy vs ours"] = (sym_s - ours_s).abs().max().item()
+    out["RoPE score (one pair): sympy vs ours"] = _relative(sym_s, ours_s)
     # counting
     n = sp.symbols("n", positive=True, integer=True)
     closed = sp.lambdify(n, causal_pair_count()[1][1])
