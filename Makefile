@@ -53,7 +53,7 @@ lint: $(READY)
 # every page is executed again there as another machine would (tests/test_notebooks.py).
 WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 test: book student chromium lint
-	$(BIN)/python -m pytest -n $(WORKERS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
 
 # The shipped checkpoint (about 8 minutes on 2 cores; 1 thread and no compile make reruns bit-identical, as it was made).
 train: $(READY)
