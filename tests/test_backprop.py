@@ -93,6 +93,22 @@ def test_gelu_grad_in_half_precision_is_rounded_once(dtype, approximate):
     assert abs(float(gelu_grad(torch.tensor(-3.0, dtype=dtype), "tanh")) - (-0.01158)) < 1e-4
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layer_norm_backward_in_half_precision_is_rounded_once(dtype):
+    """In float16, (x − μ)² overflows past |x − μ| ≈ 256: r became 0 and so did the whole gradient. Half inputs are
+    computed in float32: the result is the float64 gradient of the rounded inputs, within the dtype's rounding."""
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 16, generator=gen, dtype=D) * torch.tensor([1.0, 30.0, 300.0, 3000.0], dtype=D)[:, None])
+    g, w = torch.randn(4, 16, generator=gen, dtype=D), torch.randn(16, generator=gen, dtype=D)
+    got = layer_norm_backward(g.to(dtype), x.to(dtype), w.to(dtype))
+    exact = layer_norm_backward(g.to(dtype).to(D), x.to(dtype).to(D), w.to(dtype).to(D))
+    for ours, ref in zip(got, exact, strict=True):
+        assert ours.dtype == dtype
+        scale = ref.abs().amax(-1, keepdim=True) if ref.dim() > 1 else ref.abs().max()
+        assert ((ours.to(D) - ref).abs() <= 4 * torch.finfo(dtype).eps * scale).all()
+    assert got[0][2:].abs().amax() > 0  # rows with |x − μ| > 256 still get a gradient
+
+
 def test_relu_subgradient_at_zero_is_torchs():
     x = torch.tensor([-1.0, 0.0, 2.0], dtype=D)
     (auto,) = autograd_of(F.relu, x, grad_out=torch.ones(3, dtype=D))
@@ -243,7 +259,7 @@ def test_bad_targets(targets, match):
 def _stack_autograd_norms(weights, h0, g_out, stack, gain, eps=1e-5):
     """The same stack written with torch ops only; ‖∂L/∂h_l‖ from autograd (L = Σ g_out ⊙ h_L)."""
     hs = [h0.clone().requires_grad_(True)]
-    scale = 1 / math.sqrt(len(weights)) if stack == "residual 1/√L" else 1.0
+    scale = 1 / math.sqrt(len(weights)) if stack == "residual 1/√D" else 1.0
     for w in weights:
         inp = F.layer_norm(hs[-1], (w.shape[1],), eps=eps) if stack == "pre-LN residual" else hs[-1]
         f = F.gelu(inp @ (gain * w).T)

@@ -4,7 +4,7 @@
     python tools/prose.py --long PAGE.md    # also list the sentences over 40 words
 
 The main text of a page is its Markdown outside code cells, without the Exercises section, equations,
-tables, headings, block quotes (the seed's words) and code. Inline maths, code and roles count as one word.
+tables, headings, block quotes (the seed's words) and code. Inline maths, code and roles count as one word each.
 Sentences are split by pySBD, a rule-based sentence boundary detector.
 """
 
@@ -146,9 +146,10 @@ def paragraphs(markdown: str) -> list[str]:
 
 def plain(paragraph: str) -> str:
     """A paragraph with inline maths, code, roles and links reduced to words."""
-    p = re.sub(r"\{[\w:-]+\}`[^`]*`", "X", paragraph)  # roles: {ref}`...`, {doc}`...`, {cite:p}`...`
-    p = re.sub(r"`[^`]*`", "X", p)
-    p = re.sub(r"\$[^$]+\$", "X", p)
+    # one lower-case word each (a capital letter before a full stop would read as an initial, "J. Smith")
+    p = re.sub(r"\{[\w:-]+\}`[^`]*`", "ref", paragraph)  # roles: {ref}`...`, {doc}`...`, {cite:p}`...`
+    p = re.sub(r"`[^`]*`", "code", p)
+    p = re.sub(r"\$[^$]+\$", "expr", p)
     p = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", p)
     p = re.sub(r"[*_]{1,2}(\S[^*_]*?)[*_]{1,2}", r"\1", p)
     return p

@@ -144,10 +144,15 @@ def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.T
     """Gradients of :func:`layer_norm`: returns (∂L/∂x, ∂L/∂γ, ∂L/∂β) (the last two None without γ).
 
     With ĝ = ∂L/∂y ⊙ γ and r = 1/√(σ² + ε):  ∂L/∂x = r (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)).
+    float16/bfloat16 inputs are computed in float32 and rounded once at the end (in float16, (x − μ)² overflows
+    past |x − μ| ≈ 256 and r would be 0).
     """
     _check_same_shape(grad_out, x.shape, "layer_norm")
     if weight is not None and tuple(weight.shape) != (x.shape[-1],):
         raise ValueError(f"weight must have shape ({x.shape[-1]},), got {tuple(weight.shape)}")
+    if x.dtype in (torch.float16, torch.bfloat16):
+        grads = layer_norm_backward(grad_out.float(), x.float(), None if weight is None else weight.float(), eps)
+        return tuple(None if g is None else g.to(x.dtype) for g in grads)
     mu = x.mean(-1, keepdim=True)
     r = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps)  # 1/√(σ² + ε)
     xhat = (x - mu) * r  # (..., C)
@@ -160,20 +165,20 @@ def layer_norm_backward(grad_out: torch.Tensor, x: torch.Tensor, weight: torch.T
 
 
 # ---------------------------------------------------------------- a deep stack (the chapter's depth figure)
-STACKS = ("plain", "residual", "residual 1/√L", "pre-LN residual")
+STACKS = ("plain", "residual", "residual 1/√D", "pre-LN residual")
 
 
 def stack_gradient_norms(weights, h0: torch.Tensor, grad_out: torch.Tensor, *, stack: str = "plain",
                          gain: float = 1.0, eps: float = 1e-5) -> torch.Tensor:
-    """‖∂L/∂h_l‖ (Frobenius) for l = 0..L through L layers of width C, by the backward passes above.
+    """‖∂L/∂h_l‖ (Frobenius) for l = 0..D through D layers of width C, by the backward passes above.
 
-    weights: L tensors (C, C); h0, grad_out = ∂L/∂h_L: (N, C). With f(h) = GELU(h (gain·W_l)ᵀ), layer l is
-    ``"plain"``: h_{l+1} = f(h_l);  ``"residual"``: h_l + f(h_l);  ``"residual 1/√L"``: h_l + f(h_l)/√L;
-    ``"pre-LN residual"``: h_l + f(LN(h_l)) (LayerNorm without γ, β). Returns a tensor of L + 1 norms.
+    weights: D tensors (C, C); h0, grad_out = ∂L/∂h_D: (N, C). With f(h) = GELU(h (gain·W_l)ᵀ), layer l is
+    ``"plain"``: h_{l+1} = f(h_l);  ``"residual"``: h_l + f(h_l);  ``"residual 1/√D"``: h_l + f(h_l)/√D;
+    ``"pre-LN residual"``: h_l + f(LN(h_l)) (LayerNorm without γ, β). Returns a tensor of D + 1 norms.
     """
     if stack not in STACKS:
         raise ValueError(f"stack must be one of {STACKS}, got {stack!r}")
-    scale = 1.0 / math.sqrt(len(weights)) if stack == "residual 1/√L" else 1.0
+    scale = 1.0 / math.sqrt(len(weights)) if stack == "residual 1/√D" else 1.0
     hs, ins, pre = [h0], [], []
     for w in weights:  # forward, caching what backward needs
         inp = layer_norm(hs[-1], None, None, eps) if stack == "pre-LN residual" else hs[-1]
