@@ -99,6 +99,10 @@ def layer_comparison(n, d):
     return {"attention": (4 * n * d * d + 2 * n * n * d, 1, 1), "recurrent": (2 * n * d * d, n, n)}
 
 
+def untrained_rows(table, T_train, n_steps, lr, weight_decay):
+    return table[T_train:] * (1 - lr * weight_decay) ** n_steps
+
+
 # ---------------------------------------------------------------- typical wrong answers
 def _sin_cos_first(n_pos, d_model):
     return sinusoidal(n_pos, d_model)[:, [i ^ 1 for i in range(d_model)]]
@@ -344,6 +348,38 @@ def _layers_list(n, d):
     return [(4 * n * d * d + 2 * n * n * d, 1, 1), (2 * n * d * d, n, n)]
 
 
+def _rows_unchanged(table, T_train, n_steps, lr, weight_decay):  # plain Adam's answer: no decay
+    return table[T_train:]
+
+
+def _rows_no_lr(table, T_train, n_steps, lr, weight_decay):
+    return table[T_train:] * (1 - weight_decay) ** n_steps
+
+
+def _rows_linear(table, T_train, n_steps, lr, weight_decay):
+    return table[T_train:] * (1 - n_steps * lr * weight_decay)
+
+
+def _rows_one_step_short(table, T_train, n_steps, lr, weight_decay):
+    return table[T_train:] * (1 - lr * weight_decay) ** (n_steps - 1)
+
+
+def _rows_from_last_trained(table, T_train, n_steps, lr, weight_decay):  # off by one: row T_train - 1 is trained
+    return table[T_train - 1:] * (1 - lr * weight_decay) ** n_steps
+
+
+def _rows_after_first_untrained(table, T_train, n_steps, lr, weight_decay):  # off by one the other way
+    return table[T_train + 1:] * (1 - lr * weight_decay) ** n_steps
+
+
+def _rows_trained_ones(table, T_train, n_steps, lr, weight_decay):
+    return table[:T_train] * (1 - lr * weight_decay) ** n_steps
+
+
+def _rows_to_zero(table, T_train, n_steps, lr, weight_decay):  # "weight decay removes them"
+    return torch.zeros_like(table[T_train:])
+
+
 # ---------------------------------------------------------------- correct alternatives, other styles
 def _sin_numpy(n_pos, d_model):
     pe = np.zeros((n_pos, d_model))
@@ -530,6 +566,27 @@ def _layers_step_by_step(n, d):
     return {"recurrent": [n * (d * d + d * d), n, n], "attention": [projections + scores + weighted_sum, 1, 1]}
 
 
+def _rows_loop(table, T_train, n_steps, lr, weight_decay):  # step by step, as the optimizer does it
+    rows = table[T_train:].clone()
+    for _ in range(n_steps):
+        rows = rows - lr * weight_decay * rows
+    return rows
+
+
+def _rows_torch_adamw(table, T_train, n_steps, lr, weight_decay):  # run AdamW with the zero gradient
+    rows = torch.nn.Parameter(table[T_train:].clone())
+    opt = torch.optim.AdamW([rows], lr=lr, weight_decay=weight_decay)
+    for _ in range(n_steps):
+        opt.zero_grad()
+        rows.grad = torch.zeros_like(rows)  # a zero gradient, not None: None would skip the parameter
+        opt.step()
+    return rows.detach()
+
+
+def _rows_numpy_log(table, T_train, n_steps, lr, weight_decay):
+    return np.asarray(table)[T_train:] * math.exp(n_steps * math.log1p(-lr * weight_decay))
+
+
 def _layers_numpy_ints(n, d):
     return {"attention": (np.int64(4 * n * d * d + 2 * n * n * d), 1, 1), "recurrent": (np.int64(2 * n * d * d), n, n)}
 
@@ -620,13 +677,21 @@ CATALOGUE = {
                   (_layers_floats, ["must be an int"]), (_layers_list, ["must be a dict"])],
         "right": [_layers_step_by_step, _layers_numpy_ints],
     },
+    "untrained_rows": {
+        "wrong": [(_rows_unchanged, ["case 1", "decays every row"]), (_rows_no_lr, ["not 1 - λ"]),
+                  (_rows_linear, ["compounds"]), (_rows_one_step_short, ["n steps, n factors"]),
+                  (_rows_from_last_trained, ["shape", "row T_train - 1 is trained"]),
+                  (_rows_after_first_untrained, ["shape", "untrained too"]),
+                  (_rows_trained_ones, ["shape", "T_train and up"]), (_rows_to_zero, ["differs"])],
+        "right": [_rows_loop, _rows_torch_adamw, _rows_numpy_log],
+    },
 }
 
 
 def test_registry():
     assert set(registry(6)) == {"sinusoidal", "rotation_for_offset", "rope", "kv_causal_mask", "kv_pair_count",
                                 "alibi", "head_splits", "is_equivariant", "score_drift", "layer_comparison",
-                                "rope_score"}
+                                "rope_score", "untrained_rows"}
     assert set(CATALOGUE) == set(registry(6))
 
 
@@ -636,7 +701,8 @@ def test_solutions_pass():
                      ("kv_pair_count", kv_pair_count),
                      ("alibi", lambda T, n_head: alibi(T, n_head)), ("head_splits", head_splits),
                      ("is_equivariant", is_equivariant), ("score_drift", lambda *a: score_drift(*a)),
-                     ("layer_comparison", layer_comparison), ("rope_score", rope_score)]:
+                     ("layer_comparison", layer_comparison), ("rope_score", rope_score),
+                     ("untrained_rows", untrained_rows)]:
         result = ch6.EXERCISES[name](fn)
         assert result.passed, f"{name}: {result.message}"
 

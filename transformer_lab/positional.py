@@ -206,7 +206,8 @@ def valid_head_counts(d_model: int) -> list[int]:
 
 
 def head_partitions(d_model: int, n_head: int) -> int:
-    """Ways to deal d_model coordinates into n_head unordered heads of d_k each: d! / ((d_k!)^h · h!).
+    """Ways to deal the d_model projected coordinates (columns of W_Q, W_K, W_V) into n_head unordered heads of d_k
+    each: d! / ((d_k!)^h · h!). Every head still reads all d_model input coordinates; only the outputs are split.
 
     All of them give the same family of models (one permutation of the columns of W_Q, W_K, W_V and the rows of
     W_O maps one onto another), which is why the code simply slices contiguous blocks.

@@ -126,7 +126,8 @@ def causal_pair_count() -> list[tuple[str, sp.Expr]]:
 
 
 def head_split_count(d_model: int = 8) -> list[tuple[str, sp.Expr]]:
-    """Equal head splits: n_head must divide d_model; the ways to deal coordinates into unordered heads.
+    """Equal head splits: n_head must divide d_model; the ways to deal the d_model projected coordinates (the
+    columns of W_Q, with W_K, W_V alike) into unordered heads. Every head reads all of the input.
 
     Head 1 takes d_k of the d coordinates, head 2 d_k of the rest, …: C(d, d_k) C(d - d_k, d_k) ⋯ = d!/(d_k!)^h
     (the multinomial coefficient) for labelled heads, derived for symbolic d_k and h = 2, 3, 4; each unordered

@@ -14,6 +14,8 @@
   pair moves up to T_test, for sinusoidal, RoPE or ALiBi positions, a float
 * ``layer_comparison(n, d)`` — (multiply-adds, sequential steps, path length) of a self-attention and a
   recurrent layer, a dict of int triples
+* ``untrained_rows(table, T_train, n_steps, lr, weight_decay)`` — the rows of a learned position table that no
+  training sequence of length T_train reaches, after n_steps of AdamW, (T_max - T_train, d)
 """
 
 from __future__ import annotations
@@ -446,6 +448,61 @@ def check_layer_comparison(fn) -> CheckResult:
     return result
 
 
+def _ref_untrained_rows(table, T_train, n_steps, lr, weight_decay):
+    """Rows T_train … T_max - 1 get a zero gradient, so AdamW only decays them: (1 - lr·λ)^n_steps each."""
+    return table.double()[T_train:] * (1 - lr * weight_decay) ** n_steps
+
+
+def check_untrained_rows(fn) -> CheckResult:
+    """``fn(table (T_max, d), T_train, n_steps, lr, weight_decay) -> (T_max - T_train, d)``: rows T_train and up,
+    decayed by (1 - lr·weight_decay)^n_steps."""
+    g = generator(11)
+    cases = [{"table": 0.02 * torch.randn(8, 4, generator=g, dtype=torch.float64), "T_train": 5, "n_steps": 20,
+              "lr": 1e-2, "weight_decay": 0.1},
+             {"table": torch.randn(6, 3, generator=g, dtype=torch.float64), "T_train": 2, "n_steps": 3, "lr": 0.1,
+              "weight_decay": 0.5},
+             {"table": torch.randn(10, 2, generator=g, dtype=torch.float64), "T_train": 1, "n_steps": 100,
+              "lr": 3e-3, "weight_decay": 1.0},
+             {"table": torch.randn(4, 2, generator=g, dtype=torch.float64), "T_train": 4, "n_steps": 5, "lr": 0.1,
+              "weight_decay": 0.1}]
+
+    def mistakes(table, T_train, n_steps, lr, weight_decay):
+        t = table.double()
+        return [
+            (t[T_train:], "AdamW decays every row, even one with a zero gradient: each step multiplies it by 1 - ηλ"),
+            (t[T_train:] * (1 - weight_decay) ** n_steps, "the decoupled decay is scaled by the learning rate: "
+                                                          "the factor is 1 - ηλ, not 1 - λ"),
+            (t[T_train:] * (1 - n_steps * lr * weight_decay), "the decay compounds: n steps multiply by "
+                                                               "(1 - ηλ)^n, not by 1 - nηλ"),
+            (t[T_train:] * (1 - lr * weight_decay) ** (n_steps - 1), "count every step: n steps, n factors"),
+            (t[T_train - 1:] * (1 - lr * weight_decay) ** n_steps, "a sequence of length T_train reaches rows "
+                                                                    "0 … T_train - 1: row T_train - 1 is trained"),
+            (t[T_train + 1:] * (1 - lr * weight_decay) ** n_steps, "no sequence of length T_train reaches row "
+                                                                    "T_train: it is untrained too"),
+            (t[:T_train] * (1 - lr * weight_decay) ** n_steps, "return the rows no training sequence reaches, "
+                                                                "T_train and up"),
+        ]
+
+    result = check_function("untrained_rows", fn, _ref_untrained_rows, cases, atol=1e-9, rtol=1e-6)
+    if result.passed or "(on case " not in result.message:
+        return result
+    n = int(result.message.rsplit("(on case ", 1)[1].split(":")[0])
+    case = cases[n - 1]
+    try:
+        got = fn(*_copies(case))
+        got = torch.as_tensor(got).double()
+    except Exception:  # check_function has already reported it
+        return result
+    for wrong, hint in mistakes(**case):
+        if got.shape == wrong.shape and torch.allclose(got, wrong, rtol=1e-6, atol=1e-9):
+            return CheckResult(result.name, False, f"{result.message}; hint: {hint}")
+    return result
+
+
+def _copies(case: dict) -> list:
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in case.values()]
+
+
 EXERCISES = {
     "sinusoidal": check_sinusoidal,
     "rotation_for_offset": check_rotation_for_offset,
@@ -458,4 +515,5 @@ EXERCISES = {
     "is_equivariant": check_is_equivariant,
     "score_drift": check_score_drift,
     "layer_comparison": check_layer_comparison,
+    "untrained_rows": check_untrained_rows,
 }
