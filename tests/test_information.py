@@ -41,12 +41,12 @@ def test_symbolic_identities_are_zero():
     assert ch5.cross_entropy_decomposition(4)[-1][1] == 0
     gibbs = dict(ch5.gibbs_inequality())
     assert gibbs["difference of the two"] == 0  # p log(p/q) = p f(q/p) - (q - p) on general symbols
-    assert gibbs["f''(x) > 0 for x > 0  (f convex: the critical point is the global minimum)"] is ch5.sp.true
+    assert gibbs["f''(x) > 0  (True: x is declared positive; f is convex)"] is ch5.sp.true  # by the assumption
     assert gibbs["critical points"] == ch5.sp.FiniteSet(1) and gibbs["f(1)"] == 0
     steps = dict(ch5.cross_entropy_minimum(3))
     assert steps["q* - p (with Σ p = 1)"] == ch5.sp.zeros(3, 1)  # the derived stationary point, not q = p typed in
     assert steps["H(p, q*) - H(p) (with Σ p = 1)"] == 0
-    assert steps["its diagonal entries p_i/q_i^2 > 0 (positive definite)"] is ch5.sp.true
+    assert steps["Hessian diagonal p_i/q_i^2 > 0  (True: p_i, q_i declared positive)"] is ch5.sp.true
     chain = dict(ch5.chain_rule_nll(4))
     assert chain["Π_t P(w_t | w_<t) - P(w_1 … w_T)"] == 0
     assert chain["Σ_t -log P(w_t | w_<t) - [-log P(w_1 … w_T)]"] == 0
@@ -59,7 +59,7 @@ def test_symbolic_identities_are_zero():
     assert ch5.nats_and_bits()[2][1] == 0
     sme = dict(ch5.softmax_maximum_entropy(3))
     assert sme["p* - softmax(z)"] == ch5.sp.zeros(3, 1)
-    assert sme["diagonal, entries -1/p_i < 0 (negative definite: strictly concave, a maximum)"] is ch5.sp.true
+    assert sme["Hessian diagonal -1/p_i < 0  (True: p_i declared positive)"] is ch5.sp.true
 
 
 def test_derivations_would_catch_a_wrong_identity():
@@ -164,6 +164,27 @@ def test_cross_entropy_float32_extreme():
     assert info.cross_entropy(z, torch.tensor([1])).item() == pytest.approx(1e30, rel=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cross_entropy_half_precision_is_computed_in_float32(dtype):
+    """Half-precision logits: the loss is computed in float32 and returned in the input's dtype, so it equals
+    PyTorch's float32 loss rounded once; the gradient comes back in the input's dtype too."""
+    g = torch.Generator().manual_seed(0)
+    z = (torch.randn(4, 7, 1000, generator=g) * 4).to(dtype).requires_grad_(True)  # (B, T, V), a large V
+    y = torch.randint(0, 1000, (4, 7), generator=g)
+    y[0, 0] = -100
+    ulp = torch.finfo(dtype).eps  # the dtype's relative spacing: one rounding to it moves a value by at most this
+    for reduction in ("mean", "sum", "none"):
+        ours = info.cross_entropy(z, y, reduction=reduction)
+        ref = F.cross_entropy(z.detach().float().transpose(1, 2), y, reduction=reduction)
+        assert ours.dtype == dtype
+        torch.testing.assert_close(ours.float(), ref.float(), rtol=ulp, atol=0)  # one rounding: within one ulp
+    (grad,) = torch.autograd.grad(info.cross_entropy(z, y), z)
+    zf = z.detach().float().requires_grad_(True)
+    (grad_ref,) = torch.autograd.grad(F.cross_entropy(zf.transpose(1, 2), y), zf)
+    assert grad.dtype == dtype
+    torch.testing.assert_close(grad.float(), grad_ref, rtol=ulp, atol=ulp * grad_ref.abs().max().item())
+
+
 def test_perplexity_and_bits():
     assert info.perplexity(math.log(65)) == pytest.approx(65)
     torch.testing.assert_close(info.perplexity(torch.tensor([0.0, 1.0])), torch.tensor([1.0, math.e]))
@@ -203,6 +224,26 @@ def test_attention_entropy():
                                torch.full((3,), math.log(3), dtype=torch.float64))
 
 
+def test_attention_entropy_gradient_is_finite_through_masked_attention():
+    """Masked keys get weight exactly 0; the entropy's gradient through softmax must stay finite there, and equal
+    the gradient of the entropy of the softmax over the visible keys only."""
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(3, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    w = torch.softmax(scores.masked_fill(~causal, -math.inf), dim=-1)
+    (grad,) = torch.autograd.grad(info.attention_entropy(w).sum(), scores)
+    assert torch.isfinite(grad).all()
+    assert (grad[:, ~causal] == 0).all()  # a key the query may not see gets no gradient
+    for i in range(5):  # row i sees keys 0..i: the same entropy on the visible scores alone
+        visible = scores[:, i, :i + 1]
+        (ref,) = torch.autograd.grad(info.entropy(torch.softmax(visible, -1)).sum(), visible)
+        torch.testing.assert_close(grad[:, i, :i + 1], ref, **TOL)
+    # a fully masked row (all-zero weights, as scaled_dot_product_attention returns it) gets gradient 0
+    zeros = torch.zeros(2, 4, dtype=torch.float64, requires_grad=True)
+    (g0,) = torch.autograd.grad(info.attention_entropy(zeros).sum(), zeros)
+    assert (g0 == 0).all()
+
+
 def test_attention_entropy_of_a_fully_masked_row_is_zero():
     """scaled_dot_product_attention returns a fully masked row as zeros; its entropy is 0 (it failed before)."""
     from transformer_lab.attention import scaled_dot_product_attention
@@ -229,6 +270,17 @@ def test_cross_entropy_of_minus_inf_logits_matches_pytorch():
 
 
 # ---------------------------------------------------------------- n-gram estimates
+def test_ngram_functions_name_their_unit():
+    assert info.ngram_entropy is info.ngram_entropy_bits
+    assert info.ngram_cross_entropy is info.ngram_cross_entropy_bits
+    assert info.ngram_baselines is info.ngram_baselines_nats
+    text = "abcabcabcabd" * 30
+    plug_in_bits = info.ngram_entropy_bits(text, 1)
+    kn_nats = info.KneserNey(text, 1).cross_entropy(text)  # unigram KN on its own text: close to the plug-in
+    assert plug_in_bits == pytest.approx(kn_nats / math.log(2), abs=0.05)
+    assert plug_in_bits != pytest.approx(kn_nats, abs=0.05)  # the two units differ by a factor ln 2
+
+
 def test_ngram_entropy_known_values():
     assert info.ngram_entropy("abab" * 50, 1) == pytest.approx(1.0)
     assert info.ngram_entropy("abab" * 50, 2) == pytest.approx(0.0)  # b always follows a

@@ -1,18 +1,20 @@
 """Information theory (chapter 5): entropy, cross-entropy, KL divergence, perplexity, bits per character.
 
-All quantities are in **nats** (natural logarithms), except the n-gram estimates ``ngram_entropy`` and
-``ngram_cross_entropy``, which are in bits per character. Distributions live on the last
-dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
+All quantities are in **nats** (natural logarithms), the unit of the training loss, except the two n-gram
+estimates whose names end in ``_bits``: they return bits per character, the unit of the literature on the entropy
+of text. Each n-gram function names its unit in its name (``ngram_entropy`` and ``ngram_cross_entropy`` are
+the same functions as their ``_bits`` names, and ``ngram_baselines`` is ``ngram_baselines_nats``).
+Distributions live on the last dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 
 * ``entropy(p)``                      H(p)     = -Σ_i p_i log p_i
 * ``distribution_cross_entropy(p, q)`` H(p, q) = -Σ_i p_i log q_i  = H(p) + KL(p ‖ q)
 * ``kl_divergence(p, q)``             KL(p‖q)  =  Σ_i p_i log(p_i / q_i) ≥ 0   (Gibbs' inequality)
 * ``mutual_information(joint)``       I(X; Y)  = KL(p(x, y) ‖ p(x) p(y)) = H(Y) - H(Y | X)
 * ``cross_entropy(logits, targets)``  the training loss: mean over tokens of  log Σ_j e^{z_j} - z_y
-* ``ngram_entropy(text, n)``          plug-in H(X_t | X_{t-n+1} … X_{t-1}) of a text's characters, bits per character
+* ``ngram_entropy_bits(text, n)``     plug-in H(X_t | X_{t-n+1} … X_{t-1}) of a text's characters, bits per character
 * ``ngram_counts(train, test, n)``    c(h x) and c(h) in ``train`` for every n-gram h x of ``test``
-* ``ngram_cross_entropy(train, test, n, alpha=…)``  held-out bits/char of an add-α smoothed n-gram model
-* ``ngram_baselines(text, orders, held_out=…)``  held-out nats/char of interpolated Kneser–Ney n-gram models
+* ``ngram_cross_entropy_bits(train, test, n, alpha=…)``  held-out bits/char of an add-α smoothed n-gram model
+* ``ngram_baselines_nats(text, orders, held_out=…)``  held-out nats/char of interpolated Kneser–Ney n-gram models
   (:class:`KneserNey`): the baselines a language model should beat
 """
 
@@ -107,7 +109,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
     or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits; a -inf logit at the target
     gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it for logits
-    in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there). Inside ``torch.compile`` the
+    in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there). Half-precision logits
+    (float16, bfloat16) are computed in float32 and the result is returned in the input's dtype, so the loss
+    equals ``F.cross_entropy(logits.float(), targets)`` rounded once to that dtype. Inside ``torch.compile`` the
     targets' range is not read (it would split the graph): an id outside [0, V) then fails inductor's own bounds
     check instead of this function's ``ValueError`` (on a CPU a ``RuntimeError`` "index out of bounds", on CUDA a
     device-side assert).
@@ -133,14 +137,17 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
         raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found "
                          f"{targets[bad][0].item()}")
     safe = torch.where(keep, targets, torch.zeros_like(targets))  # any valid id; masked out below
+    out_dtype = logits.dtype
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # the sums of log-sum-exp in float32; cast back once at the end
     logp = _log_softmax(logits)  # (..., V)
     nll = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # L_t = -log p_t(y_t)   (N,) or (B, T)
     nll = torch.where(keep, nll, torch.zeros_like(nll))
     if reduction == "none":
-        return nll
+        return nll.to(out_dtype)
     if reduction == "sum":
-        return nll.sum()
-    return nll.sum() / keep.sum()  # mean over kept tokens (NaN if every token is ignored, like PyTorch)
+        return nll.sum().to(out_dtype)
+    return (nll.sum() / keep.sum()).to(out_dtype)  # mean over kept tokens (NaN if all are ignored, like PyTorch)
 
 
 def perplexity(loss) -> torch.Tensor | float:
@@ -176,13 +183,20 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
     row, which :func:`transformer_lab.attention.scaled_dot_product_attention` returns as all zeros (the query reads
     nothing), gets entropy 0. Every other row must sum to 1. For weights (B, h, T, T) average over the batch and
     queries, ``.mean((0, 2))``, to get one number per head.
+
+    Differentiable through masked attention: a weight that is exactly 0 (a key the query may not see) contributes
+    0 to the entropy and 0 to its gradient, so the gradient with respect to the scores is finite. (Through
+    ``xlogy`` it would be 0 · (log 0 + 1) = NaN.)
     """
     if not isinstance(weights, torch.Tensor) or weights.dim() < 2:
         raise ValueError("weights must be a tensor of shape (..., T_q, T_k) with rows that sum to 1")
     empty = (weights == 0).all(dim=-1, keepdim=True)  # fully masked rows
     filled = torch.where(empty, torch.ones_like(weights) / weights.shape[-1], weights)  # checked as distributions
     _check_distribution(filled, "weights", -1)
-    return -torch.special.xlogy(weights, weights).sum(dim=-1) + 0.0  # H = -Σ w log w; an all-zero row gives 0
+    positive = weights > 0
+    safe = torch.where(positive, weights, torch.ones_like(weights))  # log 1 = 0 where w = 0: no -inf, no NaN
+    terms = torch.where(positive, weights * torch.log(safe), torch.zeros_like(weights))  # w log w, 0 log 0 = 0
+    return -terms.sum(dim=-1) + 0.0  # H = -Σ w log w; an all-zero row gives 0 (+0.0: no -0.0)
 
 
 # ---------------------------------------------------------------- n-gram estimates of a real text
@@ -211,15 +225,16 @@ def _codes(text: str, n: int, alphabet: str | None = None) -> tuple[np.ndarray, 
     return _gram_codes(ids, n, V), V
 
 
-def ngram_entropy(text: str, n: int) -> float:
-    """Conditional entropy of a character given the n-1 before it, H(X_t | X_{t-n+1..t-1}), in bits/char.
+def ngram_entropy_bits(text: str, n: int) -> float:
+    """Conditional entropy of a character given the n-1 before it, H(X_t | X_{t-n+1..t-1}), in **bits** per
+    character (divide by log2(e), or multiply by ln 2, for nats).
 
     The maximum-likelihood ("plug-in") estimate on ``text`` itself: the cross-entropy, on the same text, of the
     best n-gram model fitted to it. n = 1 is the unigram entropy H(X). The text is read as a circle (the last
     n-1 characters are followed by the first ones), so every order counts the same positions and the result is
     non-increasing in n. It is the text's own empirical H_n; as an estimate of the source's H_n it is biased low
     (optimistic) in expectation, increasingly so for large n (the model is scored on the n-grams it counted);
-    compare :func:`ngram_baselines` on held-out text.
+    compare :func:`ngram_baselines_nats` on held-out text.
     """
     _check_ngram_args(text, n)
     code, V = _codes(text + text[:n - 1], n)  # wrap around: every order counts the same len(text) positions
@@ -245,12 +260,13 @@ def ngram_counts(train: str, test: str, n: int) -> tuple[np.ndarray, np.ndarray,
     return _lookup(te, grams, counts), _lookup(te // V, ctxs, ctx_counts), V  # c(h x), c(h) per test n-gram
 
 
-def ngram_cross_entropy(train: str, test: str, n: int, *, alpha: float = 0.1) -> float:
-    """Bits per character of an add-``alpha`` smoothed character n-gram model fitted on ``train``, on ``test``.
+def ngram_cross_entropy_bits(train: str, test: str, n: int, *, alpha: float = 0.1) -> float:
+    """Cross-entropy in **bits** per character of an add-``alpha`` smoothed character n-gram model fitted on
+    ``train``, scored on ``test``.
 
     P(x | h) = (c(h x) + α) / (c(h) + α V) (counts from :func:`ngram_counts`), V the characters of train and test
     together, averaged over the n-grams of ``test``: an honest, held-out number, but without back-off to shorter
-    contexts it gets worse as n grows and contexts become rare; :func:`ngram_baselines` (Kneser–Ney) is the
+    contexts it gets worse as n grows and contexts become rare; :func:`ngram_baselines_nats` (Kneser–Ney) is the
     better baseline.
     """
     if not alpha > 0:
@@ -368,9 +384,10 @@ def _continuation(grams_above: np.ndarray, k: int, V: int) -> tuple[np.ndarray, 
     return np.unique(grams_above % V ** k, return_counts=True)
 
 
-def ngram_baselines(text: str, orders=(1, 2, 3, 5), *, held_out: str | None = None,
-                    discount: float | None = None) -> dict:
-    """Held-out cross-entropy in **nats per character**, ``{n: nats}``, of interpolated Kneser–Ney n-gram models.
+def ngram_baselines_nats(text: str, orders=(1, 2, 3, 5), *, held_out: str | None = None,
+                         discount: float | None = None) -> dict:
+    """Held-out cross-entropy in **nats** per character, ``{n: nats}``, of interpolated Kneser–Ney n-gram models
+    (nats, the unit of the training loss, so that a model's validation loss can be compared directly).
 
     Each model (:class:`KneserNey`) is fitted on ``text`` and scored on every character of ``held_out``
     (default: fit on the first 90 % of ``text``, score the last 10 %). The alphabet is the union of both texts'
@@ -390,3 +407,11 @@ def ngram_baselines(text: str, orders=(1, 2, 3, 5), *, held_out: str | None = No
     raw = _raw_counts(_ids(text, alphabet), max(orders), len(alphabet))
     return {n: KneserNey(text, n, alphabet=alphabet, discount=discount, _raw=raw).cross_entropy(held_out)
             for n in orders}
+
+
+ngram_entropy = ngram_entropy_bits
+"""The same function as :func:`ngram_entropy_bits`: bits per character."""
+ngram_cross_entropy = ngram_cross_entropy_bits
+"""The same function as :func:`ngram_cross_entropy_bits`: bits per character."""
+ngram_baselines = ngram_baselines_nats
+"""The same function as :func:`ngram_baselines_nats`: nats per character."""

@@ -72,7 +72,7 @@ def gibbs_inequality() -> list[tuple[str, sp.Expr]]:
         ("f'(x)", sp.diff(f, x)),
         ("critical points", sp.FiniteSet(*crit)),
         ("f''(x)", sp.diff(f, x, 2)),
-        ("f''(x) > 0 for x > 0  (f convex: the critical point is the global minimum)", sp.diff(f, x, 2) > 0),
+        ("f''(x) > 0  (True: x is declared positive; f is convex)", sp.diff(f, x, 2) > 0),
         ("f(1)", f.subs(x, 1)),
         ("one KL term, p_i log(p_i/q_i)", term),
         ("p_i f(q_i/p_i) - (q_i - p_i)", key),
@@ -104,7 +104,8 @@ def cross_entropy_minimum(n: int = 3) -> list[tuple[str, sp.Expr]]:
         ("q* - p (with Σ p = 1)", sp.simplify(sp.Matrix([sol[qi] - pi for qi, pi in zip(q, p, strict=True)])
                                               .subs(simplex))),
         ("Hessian of H(p, q) in q", hessian),
-        ("its diagonal entries p_i/q_i^2 > 0 (positive definite)", sp.And(*[hessian[i, i] > 0 for i in range(n)])),
+        ("Hessian diagonal p_i/q_i^2 > 0  (True: p_i, q_i declared positive)",
+         sp.And(*[hessian[i, i] > 0 for i in range(n)])),
         ("H(p, q*) - H(p) (with Σ p = 1)", sp.simplify(sp.expand_log(at_star, force=True))),
     ]
 
@@ -229,7 +230,7 @@ def softmax_maximum_entropy(n: int = 3) -> list[tuple[str, sp.Expr]]:
         ("p*", p_star),
         ("p* - softmax(z)", sp.simplify(p_star - softmax)),
         ("Hessian of the objective", sp.hessian(objective, p)),
-        ("diagonal, entries -1/p_i < 0 (negative definite: strictly concave, a maximum)",
+        ("Hessian diagonal -1/p_i < 0  (True: p_i declared positive)",
          sp.And(*[sp.hessian(objective, p)[i, i] < 0 for i in range(n)])),
     ]
 
