@@ -633,7 +633,7 @@ def test_trick_reasons_agree_with_the_chapters_table(root):
              for name, fp, opt in rows[1:]}
     labels = {"max-shift": "max-shift in softmax / log-sum-exp", "1/sqrt(d_k)": "$1/\\sqrt{d_k}$",
               "LayerNorm": "LayerNorm", "residual connections": "residual connections", "pre-LN": "pre-LN vs post-LN",
-              "0.02/sqrt(2L) initialisation": "$0.02/\\sqrt{2L}$ initialisation",
+              "0.02/sqrt(2L) initialisation": "$0.02/\\sqrt{2 n_\\text{layer}}$ initialisation",
               "warm-up": "learning-rate warm-up (chapter 3)",
               "float32 statistics": "float32 statistics in mixed precision",
               "loss scaling": "loss scaling in mixed precision", "dropout": "dropout",

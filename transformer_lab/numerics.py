@@ -5,7 +5,9 @@
   overflows, and the largest term is exactly 1, so the sum cannot underflow to 0 either.
 * ``naive_softmax`` exponentiates raw scores: it is here only to show the overflow the shift prevents.
 * ``score_scale(d_k) = 1 / sqrt(d_k)``: for unit-variance q, k the dot product has variance d_k; the scale
-  brings it back to 1, which keeps the softmax out of saturation (a variance argument, not an overflow one).
+  brings it back to 1, which keeps the softmax out of saturation. That is a variance argument: inside the softmax
+  the max-shift already prevents overflow. In float16 the product Q K^T itself can pass 65504 before any softmax;
+  applying the scale to Q before the product makes that less likely, computing the scores in float32 prevents it.
 * ``init_gpt_weights`` is the initialisation the capstone uses (GPT-2 / nanoGPT).
 """
 
