@@ -220,7 +220,7 @@ def check(seed: int = 0) -> dict[str, float]:
         out[f"attention{name}: sympy vs ours"] = _relative(sym_o, ours_o)
         out[f"attention{name}: ours vs torch"] = _relative(ours_o, ref_o)
         out[f"weights{name}: sympy vs ours"] = _relative(sym_a, ours_a)
-    # gradients of L = Σ G ⊙ O: SymPy's derivatives against autograd through our hand-written backward pass
+    # gradients of L = Σ G ⊙ O: SymPy's derivatives against autograd through our implementation
     for name, m in (("", None), ("_masked", [[True, False, True], [False, False, False]])):
         Q, K, V, G = rnd(2, 2), rnd(3, 2), rnd(3, 2), rnd(2, 2)
         sym_g = attention_gradient_function(2, 3, 2, 2, m)(Q.numpy(), K.numpy(), V.numpy(), G.numpy())
