@@ -56,6 +56,18 @@ def logit_lens(x, ln_weight, ln_bias, emb):
     return F.layer_norm(x, x.shape[-1:], ln_weight, ln_bias, eps=1e-5) @ emb.T
 
 
+def next_char_probs(logits, temperature, top_k, top_p):
+    z = logits / temperature
+    if top_k is not None:
+        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
+    p = torch.softmax(z, -1)
+    if top_p is not None:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True)
+        drop = (torch.cumsum(sorted_p, -1) - sorted_p) >= top_p
+        p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+    return p / p.sum(-1, keepdim=True)
+
+
 def checkpoint(state):
     return {k: state[k].clone() if isinstance(state[k], torch.Tensor) else state[k]
             for k in ("params", "velocity", "step", "rng")}
@@ -375,6 +387,68 @@ def _gains_list(rungs):  # the numbers, but not keyed by rung
     return list(ladder_gains(rungs).values())
 
 
+# ---------------------------------------------------------------- next_char_probs
+def _probs_loop(logits, temperature, top_k, top_p):
+    """Row by row, in plain Python over a sorted list: another style than the solution's."""
+    out = torch.zeros_like(logits)
+    flat, rows = logits.reshape(-1, logits.shape[-1]), out.view(-1, logits.shape[-1])
+    for r, z in enumerate(flat):
+        ranked = sorted(range(len(z)), key=lambda i: -float(z[i]))
+        kept = ranked[:top_k] if top_k is not None else ranked
+        w = [math.exp((float(z[i]) - float(z[ranked[0]])) / temperature) for i in kept]
+        total, mass, nucleus = sum(w), 0.0, []
+        for i, wi in zip(kept, w, strict=True):
+            if top_p is not None and mass >= top_p:
+                break
+            nucleus.append((i, wi))
+            mass += wi / total
+        norm = sum(wi for _, wi in nucleus)
+        for i, wi in nucleus:
+            rows[r, i] = wi / norm
+    return out
+
+
+def _probs_library(logits, temperature, top_k, top_p):
+    from transformer_lab.sampling import filter_logits
+    return torch.softmax(filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p), -1)
+
+
+def _probs_times_tau(logits, temperature, top_k, top_p):
+    return next_char_probs(logits * temperature * temperature, temperature, top_k, top_p)
+
+
+def _probs_strict_nucleus(logits, temperature, top_k, top_p):
+    z = logits / temperature
+    if top_k is not None:
+        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
+    p = torch.softmax(z, -1)
+    if top_p is not None:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True)
+        drop = torch.cumsum(sorted_p, -1) > top_p
+        drop[..., 0] = False
+        p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+    return p / p.sum(-1, keepdim=True)
+
+
+def _probs_not_renormalised(logits, temperature, top_k, top_p):
+    p = next_char_probs(logits, temperature, top_k, top_p)
+    return p * torch.softmax(logits / temperature, -1).where(p > 0, 0).sum(-1, keepdim=True)
+
+
+def _probs_top_p_first(logits, temperature, top_k, top_p):
+    keep = next_char_probs(logits, 1.0, top_k, top_p) > 0
+    p = torch.softmax(logits / temperature, -1) * keep
+    return p / p.sum(-1, keepdim=True)
+
+
+def _probs_top_k_plus_one(logits, temperature, top_k, top_p):
+    return next_char_probs(logits, temperature, None if top_k is None else top_k + 1, top_p)
+
+
+def _probs_logits(logits, temperature, top_k, top_p):
+    return next_char_probs(logits, temperature, top_k, top_p).log()
+
+
 # ---------------------------------------------------------------- logit_lens
 def _lens_by_hand(x, ln_weight, ln_bias, emb):
     mu = x.mean(-1, keepdim=True)
@@ -623,17 +697,30 @@ CATALOGUE = {
         ],
         "right": [ngram_place, _place_loop],
     },
+    "next_char_probs": {
+        "wrong": [
+            (_probs_times_tau, ["on case 1", "differs", "do not multiply"]),
+            (_probs_strict_nucleus, ["differs", "the token that crosses p is kept"]),
+            (_probs_not_renormalised, ["differs", "renormalise"]),
+            (_probs_top_p_first, ["on case 1", "differs", "apply the temperature first"]),
+            (_probs_top_k_plus_one, ["on case 2", "differs", "exactly k = 4 here, not 5"]),
+            (_probs_logits, ["on case 1", "not logits or log-probabilities"]),
+        ],
+        "right": [_probs_loop, _probs_library],
+    },
 }
 
 
 def test_registry():
     assert registry(8) == ch8.EXERCISES
     assert set(ch8.EXERCISES) == {"count_params", "lm_windows", "attend_with_cache", "attention_entropy",
-                                  "same_function", "ladder_gains", "logit_lens", "checkpoint", "ngram_place"}
+                                  "same_function", "ladder_gains", "logit_lens", "checkpoint", "ngram_place",
+                                  "next_char_probs"}
 
 
 @pytest.mark.parametrize("fn", [count_params, lm_windows, attend_with_cache, attention_entropy, same_function,
-                                ladder_gains, logit_lens, checkpoint, ngram_place])
+                                ladder_gains, logit_lens, checkpoint, ngram_place,
+                                next_char_probs])
 def test_solutions_pass(fn):
     result = ch8.EXERCISES[fn.__name__](fn)
     assert result.passed, result.message
@@ -656,13 +743,15 @@ def test_stub_says_not_written():
 
 
 def test_derivations():
-    V, T, L, C = sp.symbols("V T L C", positive=True, integer=True)
+    V, T, L, C = d8.V, d8.T, d8.L, d8.C  # L is n_layer
     assert sp.simplify(d8.param_count() - (V * C + T * C + 2 * C + L * (12 * C**2 + 13 * C))) == 0
     n = sp.symbols("n", positive=True, integer=True)
     cost = d8.generation_cost()
     assert sp.simplify(cost["ratio"] - (n + 1) / 2) == 0
     assert sp.simplify(cost["pairs_without"] - n * (n + 1) * (n + 2) / 6) == 0
     assert sp.simplify(cost["pairs_with_cache"] - n * (n + 1) / 2) == 0  # attention over the cache: still n²
+    half = d8.half_window_cost()
+    assert sp.simplify(half["ratio"] - (3 * T + 2) / 8) == 0 and sp.simplify(half["with_cache"] - T) == 0
     assert d8.check() == {"formula vs ours": 0.0, "ours vs reference": 0.0, "cache ratio vs direct sum": 0.0,
                           "attention pairs vs direct sum": 0.0}
 

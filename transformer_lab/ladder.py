@@ -31,7 +31,7 @@ from transformer_lab.attention import Embedding, MultiHeadAttention, tie_weights
 from transformer_lab.checkpoint import _atomic_write
 from transformer_lab.data import Corpus
 from transformer_lab.gpt import GPT, GPTConfig
-from transformer_lab.information import ngram_baselines
+from transformer_lab.information import ngram_baselines_nats
 from transformer_lab.mlp import MLP
 from transformer_lab.norm import LayerNorm
 from transformer_lab.numerics import init_gpt_weights
@@ -203,7 +203,7 @@ def run_ladder(corpus: Corpus, config: LadderConfig = FULL, *, report=None) -> d
         if report is not None:
             report(rows[-1])
     n_val = len(corpus.val)
-    baselines = ngram_baselines(corpus.text[:-n_val], orders=(1, 2, 3), held_out=corpus.text[-n_val:])
+    baselines = ngram_baselines_nats(corpus.text[:-n_val], orders=(1, 2, 3), held_out=corpus.text[-n_val:])
     return {"config": asdict(config), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "corpus_sha256": corpus.sha256, "baselines": {str(n): v for n, v in baselines.items()}, "rungs": rows}
 

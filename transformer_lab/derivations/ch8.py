@@ -2,7 +2,7 @@
 
 :func:`param_count` adds up the parameters of every part of :class:`transformer_lab.gpt.GPT` as SymPy terms;
 :func:`generation_cost` sums the positions a model processes to generate ``n`` tokens with and without a
-key/value cache. :func:`check` evaluates both against the real models.
+key/value cache; :func:`half_window_cost` does the same once the window is full and jumps by half a block. :func:`check` evaluates both against the real models.
 """
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ import random
 
 import sympy as sp
 
-__all__ = ["check", "generation_cost", "param_count", "param_terms"]
+__all__ = ["check", "generation_cost", "half_window_cost", "param_count", "param_terms"]
 
-V, T, L, C = sp.symbols("V T L C", positive=True, integer=True)
-n, t = sp.symbols("n t", positive=True, integer=True)
+V, T, C = sp.symbols("V T C", positive=True, integer=True)
+L = sp.Symbol(r"n_\text{layer}", positive=True, integer=True)  # the number of blocks, n_layer
+n, t, m, w = sp.symbols("n t m w", positive=True, integer=True)
 
 
 def param_terms() -> dict[str, sp.Expr]:
-    """Parameters of each part, as SymPy expressions in V (vocabulary), T (block size), L (layers), C (width)."""
+    """Parameters of each part, as SymPy expressions in V (vocabulary), T (block size), L = n_layer (blocks), C
+    (width)."""
     return {
         "token embedding E (tied to the head)": V * C,
         "learned positions P": T * C,
@@ -34,7 +36,7 @@ def param_terms() -> dict[str, sp.Expr]:
 
 
 def param_count() -> sp.Expr:
-    """N(V, T, L, C): the sum of :func:`param_terms`, blocks counted L times, simplified."""
+    """N(V, T, n_layer, C): the sum of :func:`param_terms`, blocks counted n_layer times, simplified."""
     terms = param_terms()
     per_block = sum(v for k, v in terms.items() if k.startswith("per block"))
     rest = sum(v for k, v in terms.items() if not k.startswith("per block"))
@@ -56,6 +58,21 @@ def generation_cost() -> dict[str, sp.Expr]:
     return {"without": sp.factor(without), "with_cache": with_cache, "ratio": sp.simplify(without / with_cache),
             "pairs_without": sp.factor(pairs_without), "pairs_with_cache": sp.factor(pairs_with),
             "pairs_ratio": sp.simplify(pairs_without / pairs_with)}
+
+
+def half_window_cost() -> dict[str, sp.Expr]:
+    """Positions per step once the context is full, with ``generate(window="half")`` and block size T = 2m.
+
+    One cycle lasts m steps: the window grows from m + 1 to 2m tokens, then jumps forward by m. Without a cache
+    each step recomputes its whole window, Σ_{w=m+1}^{2m} w; with a cache the jump re-fills m + 1 positions once
+    and the other m - 1 steps process one position each, 2m in all. The ratio is (3T + 2)/8, about 3T/8: half
+    the mean window 3T/4, because the re-fill doubles the cached path's work.
+    """
+    without = sp.summation(w, (w, m + 1, 2 * m))
+    with_cache = (m + 1) + (m - 1)
+    ratio = sp.simplify((without / with_cache).subs(m, T / 2))
+    return {"without": sp.factor(without.subs(m, T / 2)), "with_cache": sp.simplify(with_cache.subs(m, T / 2)),
+            "ratio": sp.factor(ratio), "mean_window": sp.simplify((without / m).subs(m, T / 2))}
 
 
 def check(seed: int = 0) -> dict[str, float]:

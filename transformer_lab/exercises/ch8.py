@@ -1,7 +1,8 @@
 """Chapter 8 exercises (the mini-GPT): count its parameters, cut a text into training windows, attend through a
 key/value cache, measure how spread a head's attention is, decide from their logits whether two implementations
 compute the same function, read what each rung of the ladder adds, read a residual stream through the logit lens,
-save what a training loop needs to resume exactly, place a model's loss among the n-gram baselines.
+save what a training loop needs to resume exactly, place a model's loss among the n-gram baselines, compute the
+distribution that temperature, top-k and top-p leave to sample from.
 
 Each ``check_<name>(fn)`` compares a student's function with ours and returns a
 :class:`~transformer_lab.exercises.CheckResult` saying what differs.
@@ -24,10 +25,11 @@ from transformer_lab.exercises import CheckResult, check_function, describe_diff
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.norm import layer_norm
 from transformer_lab.reference import ReferenceGPT
+from transformer_lab.sampling import filter_logits
 
 __all__ = ["EXERCISES", "check_attend_with_cache", "check_attention_entropy", "check_checkpoint",
-           "check_count_params", "check_ladder_gains", "check_lm_windows", "check_logit_lens", "check_ngram_place",
-           "check_same_function"]
+           "check_count_params", "check_ladder_gains", "check_lm_windows", "check_logit_lens",
+           "check_next_char_probs", "check_ngram_place", "check_same_function"]
 
 
 def _count_reference(vocab_size, block_size, n_layer, d_model):
@@ -566,7 +568,92 @@ def check_ngram_place(fn) -> CheckResult:
     return result
 
 
+def _probs_reference(logits, temperature, top_k, top_p):
+    return torch.softmax(filter_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p), dim=-1)
+
+
+def _keep_top_k(p, k):
+    """p (..., V) with all but its k largest entries set to 0 (not renormalised)."""
+    if k is None or k >= p.shape[-1]:
+        return p
+    kth = torch.topk(p, k, dim=-1).values[..., -1:]
+    return torch.where(p >= kth, p, torch.zeros_like(p))
+
+
+def _keep_top_p(p, top_p, strict=False):
+    """p (..., V) with the nucleus kept (the smallest most-probable set reaching top_p), the rest set to 0.
+    ``strict``: the slip that also drops the token whose probability crosses top_p."""
+    if top_p is None or top_p >= 1:
+        return p
+    sorted_p, order = torch.sort(p, dim=-1, descending=True)
+    q = sorted_p / sorted_p.sum(-1, keepdim=True)
+    cum = torch.cumsum(q, dim=-1)
+    drop_sorted = (cum > top_p) if strict else (cum - q >= top_p)
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return torch.where(drop, torch.zeros_like(p), p)
+
+
+def _normalised(p):
+    return p / p.sum(-1, keepdim=True)
+
+
+def _probs_slips(logits, temperature, top_k, top_p) -> list:
+    """What the typical slips compute on one case, each with its hint."""
+    tau = temperature
+    hot = torch.softmax(logits / tau, -1)
+    raw = torch.softmax(logits, -1)
+    right = _probs_reference(logits, temperature, top_k, top_p)
+    slips = [(_normalised(_keep_top_p(_keep_top_k(torch.softmax(logits * tau, -1), top_k), top_p)),
+              "divide the logits by the temperature τ, do not multiply: τ > 1 must flatten the distribution"),
+             (_normalised(_keep_top_p(_keep_top_k(hot, top_k), top_p, strict=True)),
+              "top-p keeps the smallest set whose probability reaches p: the token that crosses p is kept"),
+             (_keep_top_p(_keep_top_k(hot, top_k), top_p),
+              "renormalise: the kept probabilities must sum to 1"),
+             (right.log(), "return probabilities, not logits or log-probabilities")]
+    if top_p is not None and tau != 1:
+        slips.append((_normalised(hot * (_keep_top_p(_keep_top_k(raw, top_k), top_p) > 0)),
+                      "apply the temperature first: top-p measures the mass of the distribution after τ"))
+    if top_p is not None and top_k is not None:
+        slips.append((_normalised(hot * (_keep_top_k(hot, top_k) > 0) * (_keep_top_p(hot, top_p) > 0)),
+                      "top-p measures the mass of what top-k kept, renormalised, not of the whole distribution"))
+    if top_k is not None:
+        for k in (top_k - 1, top_k + 1):
+            if k >= 1:
+                slips.append((_normalised(_keep_top_p(_keep_top_k(hot, k), top_p)),
+                              f"top-k keeps the k most probable tokens: exactly k = {top_k} here, not {k}"))
+    return slips
+
+
+def check_next_char_probs(fn) -> CheckResult:
+    """``next_char_probs(logits, temperature, top_k, top_p) -> (..., V)``: the distribution ``GPT.generate``
+    samples from: softmax(z / τ), then top-k, then top-p on what top-k left (renormalised), renormalised at the
+    end; ``None`` switches a filter off; :func:`transformer_lab.sampling.filter_logits` then softmax."""
+    gen = generator(18)
+
+    def case(*lead, V=12, temperature=1.0, top_k=None, top_p=None, scale=2.0):
+        return dict(logits=randn(gen, *lead, V, scale=scale), temperature=temperature, top_k=top_k, top_p=top_p)
+
+    cases = [case(3, temperature=0.7, top_p=0.8), case(2, temperature=1.6, top_k=4),
+             case(2, 3, temperature=2.0, top_k=6, top_p=0.6), case(4, V=9, temperature=0.5),
+             case(3, V=20, temperature=1.0, top_k=8, top_p=0.7)]
+    slips = [(_probs_reference(**c), _probs_slips(**c)) for c in cases]
+
+    def compare(got, expected):
+        msg = describe_difference(got, expected, atol=1e-9, rtol=1e-7)
+        if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return msg
+        index = next(i for i, (e, _) in enumerate(slips) if torch.equal(e, expected))
+        for slip, hint in slips[index][1]:
+            if torch.allclose(got.to(slip.dtype), slip, atol=1e-9, rtol=1e-7, equal_nan=True):
+                return f"{msg}; hint: {hint}"
+        return msg
+
+    return check_function("next_char_probs", fn, _probs_reference, cases, compare=compare)
+
+
 EXERCISES = {"count_params": check_count_params, "lm_windows": check_lm_windows,
              "attend_with_cache": check_attend_with_cache, "attention_entropy": check_attention_entropy,
              "same_function": check_same_function, "ladder_gains": check_ladder_gains,
-             "logit_lens": check_logit_lens, "checkpoint": check_checkpoint, "ngram_place": check_ngram_place}
+             "logit_lens": check_logit_lens, "checkpoint": check_checkpoint, "ngram_place": check_ngram_place,
+             "next_char_probs": check_next_char_probs}
