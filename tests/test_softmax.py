@@ -138,10 +138,10 @@ def test_length_one_vocabulary():
 
 def test_temperature_limits_symbolic():
     lim = ch2.temperature_limits()
-    assert lim["limit_T_to_0"] == [1, 0, 0]
-    assert lim["limit_T_to_oo"] == [sp.Rational(1, 3)] * 3
+    assert lim["limit_to_0"] == [1, 0, 0]
+    assert lim["limit_to_oo"] == [sp.Rational(1, 3)] * 3
     assert lim["shift_difference"] == sp.zeros(3, 1)
-    assert ch2.temperature_limit_tied()["limit_T_to_0"] == [sp.Rational(1, 2), sp.Rational(1, 2), 0]
+    assert ch2.temperature_limit_tied()["limit_to_0"] == [sp.Rational(1, 2), sp.Rational(1, 2), 0]
 
 
 def test_temperature_to_zero_with_tied_maxima_numerically():
@@ -209,3 +209,26 @@ def test_lm_head_bad_input():
         LMHead(6, 11)(torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"vocab_size must be a positive int"):
         LMHead(6, 0)
+
+
+# ---- half precision: computed in float32, rounded once to the input's dtype ----------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("fn", "ref"), [(softmax, torch.softmax), (log_softmax, torch.log_softmax)])
+def test_half_precision_is_within_rounding_of_float32(dtype, fn, ref):
+    """float16/bfloat16 logits give torch's float32 result rounded to the dtype: within half a unit in the last
+    place of each entry (relative eps/2, with 1% for float32 round-off, plus the spacing of the dtype's subnormals)."""
+    x = (torch.randn(64, 1000, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    out = fn(x)
+    assert out.dtype == dtype and out.shape == x.shape
+    exact = ref(x.float(), dim=-1)  # the same half inputs, in float32
+    info = torch.finfo(dtype)
+    err = (out.float() - exact).abs()
+    assert (err <= exact.abs() * info.eps / 2 * 1.01 + info.smallest_normal * info.eps).all(), float(err.max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_gradient_flows_in_the_input_dtype(dtype):
+    x = torch.randn(3, 7, generator=torch.Generator().manual_seed(1)).to(dtype).requires_grad_()
+    (softmax(x)[:, 0].sum() + log_softmax(x)[:, 1].sum()).backward()
+    assert x.grad.dtype == dtype and torch.isfinite(x.grad).all()

@@ -2,15 +2,15 @@
 
 Given logits ``z`` (..., V), :func:`filter_logits` applies, in this order,
 
-* temperature ``T > 0``:   z ← (z - max z) / T      (T → 0: argmax, tied maxima sharing; T → ∞: uniform over
+* temperature ``τ > 0``:   z ← (z - max z) / τ      (τ → 0: argmax, tied maxima sharing; τ → ∞: uniform over
                                                     the finite logits; the shift changes no probability and
-                                                    keeps z / T finite)
+                                                    keeps z / τ finite)
 * top-k:                   keep the k largest z_i   (ties with the k-th are kept, so more than k may survive)
 * top-p (nucleus):         keep the smallest set of most probable tokens whose probability reaches p, the
                            probabilities being softmax of what temperature and top-k left (renormalised)
 
 and sets every removed logit to ``-inf``; :func:`sample` draws one token per row from ``softmax`` of the result by
-inverting the cumulative distribution with a seeded ``torch.Generator``. Greedy decoding (T = 0) is not a
+inverting the cumulative distribution with a seeded ``torch.Generator``. Greedy decoding (τ = 0) is not a
 temperature: write ``logits.argmax(-1)``. float16 and bfloat16 logits are filtered and sampled in float32 (their
 cumulative sums would lose the small probabilities); :func:`filter_logits` returns the input's dtype.
 """
@@ -54,9 +54,9 @@ def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int 
     (computed in float32 for float16/bfloat16).
 
     With ``temperature != 1`` each row's (finite) maximum is subtracted before the division, so every result is
-    <= 0 and none overflows to ``+inf`` however small T is: 0 at the maximum, and elsewhere a large negative number
-    (-5000 for a gap of 0.5 at T = 1e-4) that becomes ``-inf`` only once the quotient exceeds the dtype's range
-    (softmax is unchanged by the shift); with T = 1
+    <= 0 and none overflows to ``+inf`` however small τ is: 0 at the maximum, and elsewhere a large negative number
+    (-5000 for a gap of 0.5 at τ = 1e-4) that becomes ``-inf`` only once the quotient exceeds the dtype's range
+    (softmax is unchanged by the shift); with τ = 1
     the kept logits are returned unchanged. ``top_k`` larger than V keeps everything; ``top_p = 1`` keeps
     everything; the most probable token is always kept, so every row keeps at least one token.
     """
@@ -72,7 +72,7 @@ def _filter(logits, temperature, top_k, top_p) -> torch.Tensor:
     else:
         m = logits.amax(dim=-1, keepdim=True)  # the row maximum   (..., 1)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # an all -inf or +inf row is left to sample
-        # (z - max z) / T <= 0: cannot overflow; the maximum is set to 0 exactly, since a T below the dtype's
+        # (z - max z) / τ <= 0: cannot overflow; the maximum is set to 0 exactly, since a τ below the dtype's
         # smallest number rounds to 0 there and 0 / 0 would be NaN   (..., V)
         z = torch.where(logits == m, 0.0, (logits - m) / temperature)
     if top_k is not None and top_k < z.shape[-1]:
@@ -98,8 +98,8 @@ def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None 
     (the distribution is computed once, so many draws never build an (n, V) matrix).
     Inverse-CDF sampling: with ``u ~ U[0, 1)`` from ``generator``, return the first i with
     ``F_i = p_1 + ... + p_i > u · F_V`` (scaled by the computed total ``F_V``, which can round below 1; in
-    round-to-nearest ``u · F_V < F_V`` for every u < 1), clamped to the last token of positive probability as a
-    guard; a token of probability 0 can never be drawn. p, F and u are float32 for
+    round-to-nearest ``u · F_V < F_V`` for every u < 1), clamped to the last token of positive probability for
+    safety; a token of probability 0 can never be drawn. p, F and u are float32 for
     float16/bfloat16 logits, else in the logits' dtype.
     """
     if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
@@ -115,6 +115,6 @@ def sample(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None 
     u = torch.rand((*probs.shape[:-1], n), generator=generator, dtype=probs.dtype, device=probs.device)
     idx = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)  # first i with F_i > u F_V   (..., n)
     ids = torch.arange(probs.shape[-1], device=probs.device)
-    last = torch.where(probs > 0, ids, 0).amax(dim=-1, keepdim=True)  # last token with p_i > 0 (rounding guard)
+    last = torch.where(probs > 0, ids, 0).amax(dim=-1, keepdim=True)  # last token with p_i > 0 (against rounding)
     idx = torch.minimum(idx, last)
     return idx.squeeze(-1) if num_samples is None else idx

@@ -5,7 +5,8 @@ The output layer of a language model turns a vector of scores (logits) into a di
     P(y | x) = softmax(W x + b),    softmax(z)_i = exp(z_i) / sum_j exp(z_j).
 
 Both functions here subtract the row maximum first (softmax is invariant to adding a constant, chapter 2 proves
-it), so no ``exp`` ever overflows. Everything works in float32 and float64 and is differentiable by autograd, in
+it), so no ``exp`` ever overflows. float16 and bfloat16 inputs are computed in float32 and rounded once to the
+input's dtype, as the attention core does. Everything is differentiable by autograd, in
 reverse and forward mode (``torch.func.jacrev``, ``jacfwd``, ``jvp``, ``hessian``), with one limit: forward mode
 nested in forward mode (``jacfwd(jacfwd(softmax))``, a ``jvp`` of a ``jvp``) silently gives a second derivative of
 0 through the custom ``autograd.Function`` (a limit of PyTorch's custom Functions); for second derivatives use
@@ -43,11 +44,17 @@ def _check_dim(x: torch.Tensor, dim: int) -> int:
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``dim``; same shape as ``x``, entries in [0, 1] summing to 1.
 
-    A slice that is entirely ``-inf`` has no distribution and gives NaN, as ``torch.softmax`` does.
+    A slice that is entirely ``-inf`` has no distribution and gives NaN, as ``torch.softmax`` does. float16 and
+    bfloat16 inputs are computed in float32 and the result is rounded once to the input's dtype.
     """
     _check_float(x, "x")
     dim = _check_dim(x, dim)
+    if x.dtype in _HALF:  # exp, sum and divide in float32: one rounding to the half dtype at the end
+        return _Softmax.apply(x.float(), dim).to(x.dtype)
     return _Softmax.apply(x, dim)
+
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 class _Softmax(torch.autograd.Function):
@@ -89,9 +96,14 @@ class _Softmax(torch.autograd.Function):
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``x - logsumexp(x)`` along ``dim``, computed as ``(x - m) - log(sum(exp(x - m)))`` with ``m = max(x)``."""
+    """``x - logsumexp(x)`` along ``dim``, computed as ``(x - m) - log(sum(exp(x - m)))`` with ``m = max(x)``.
+
+    float16 and bfloat16 inputs are computed in float32 and the result is rounded once to the input's dtype.
+    """
     _check_float(x, "x")
     dim = _check_dim(x, dim)
+    if x.dtype in _HALF:
+        return log_softmax(x.float(), dim).to(x.dtype)
     m = x.amax(dim=dim, keepdim=True).detach()
     shifted = x - m  # z - m <= 0
     return shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))  # log p_i = z_i - LSE(z)
