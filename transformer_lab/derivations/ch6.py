@@ -44,14 +44,18 @@ def pe_relative_rotation() -> list[tuple[str, sp.Expr]]:
 
 
 def pe_rotation_group() -> list[tuple[str, sp.Expr]]:
-    """One block B(kω) of R(k): R(k)R(k)ᵀ = I, R(0) = I, R(j)R(k) = R(j + k), R(-k) = R(k)ᵀ, each difference 0.
+    """One block B(kω) of R(k): R(k)R(k)ᵀ = I, det R(k) = 1, R(0) = I, R(j)R(k) = R(j + k), R(-k) = R(k)ᵀ, each
+    difference 0 (a scalar for the determinant, a 2 × 2 matrix for the others).
 
-    R is block-diagonal, so each identity holds for the whole matrix iff it holds block by block.
+    R is block-diagonal, so each identity holds for the whole matrix iff it holds block by block (the determinant
+    of R(k) is the product of its blocks' determinants). Orthogonal with determinant 1 makes R(k) a rotation, and
+    the last three identities make k ↦ R(k) a homomorphism from (ℤ, +) into the rotations.
     """
     j = sp.symbols("j", real=True)
     eye = sp.eye(2)
     return [
         ("B(kω)B(kω)^T - I", sp.simplify(pe_block(k * omega) * pe_block(k * omega).T - eye)),
+        ("det B(kω) - 1", sp.simplify(pe_block(k * omega).det() - 1)),
         ("B(0) - I", pe_block(0) - eye),
         ("B(jω)B(kω) - B((j + k)ω)", sp.simplify(sp.expand_trig(pe_block(j * omega) * pe_block(k * omega)
                                                                  - pe_block((j + k) * omega)))),
