@@ -185,7 +185,7 @@ def rank_of_scores(T: int = 3, d_k: int = 2) -> dict:
 
 def embedding_lookup(V: int = 4, C: int = 3, index: int = 2) -> dict:
     """``one_hot(index) E`` for a symbolic E (V × C): the product is exactly row ``index`` of E."""
-    E = symbolic_matrix("e", V, C)
+    E = symbolic_matrix("E", V, C)  # entries E_ij, counted from 1
     one_hot = sp.Matrix(1, V, lambda _, j: 1 if j == index else 0)
     return {"E": E, "one_hot": one_hot, "product": one_hot * E, "row": E.row(index)}
 
