@@ -126,6 +126,28 @@ def test_cross_entropy_matches_torch_values_and_gradients(shape, scale):
         torch.testing.assert_close(z1.grad, z2.grad, **TOL)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("offset", [1e4, 1e6, -1e4])
+def test_cross_entropy_large_offset_and_near_ties(offset, dtype):
+    """A common offset cancels exactly: computed as (z_y - m) - log Σ e^{z - m}, the error is a few epsilons of the
+    loss however large the logits (m + log Σ - z_y would lose digits to the offset: 3e-2 at 1e6 in float32)."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.cat([torch.randn(64, 6, generator=g, dtype=torch.float64),
+                      torch.zeros(1, 6, dtype=torch.float64),  # a constant row: exactly log 6
+                      torch.tensor([[0.0, -0.5, -1.0, -1e-3, -1e4, -1e4]], dtype=torch.float64)])  # near-ties
+    z = (rows + offset).to(dtype)
+    z_exact = z.double() - offset  # exact: z and the offset lie within a factor 2 of each other (Sterbenz)
+    for target in range(6):
+        y = torch.full((len(z),), target)
+        exact = F.cross_entropy(z_exact, y, reduction="none")  # logits of size <= 1e4: float64 rounding only
+        ours = info.cross_entropy(z, y, reduction="none").double()
+        eps = torch.finfo(dtype).eps
+        assert ((ours - exact).abs() <= 8 * eps * exact.clamp(min=1.0)).all(), (ours - exact).abs().max()
+        assert ours[64].item() == pytest.approx(math.log(6), rel=8 * eps)
+        torch.testing.assert_close(ours, F.cross_entropy(z, y, reduction="none").double(),
+                                   rtol=16 * eps, atol=16 * eps)
+
+
 @pytest.mark.parametrize("ignore_index", [-100, -1, 3])
 def test_cross_entropy_ignore_index(ignore_index):
     g = torch.Generator().manual_seed(1)

@@ -1,9 +1,10 @@
 """Information theory (chapter 5): entropy, cross-entropy, KL divergence, perplexity, bits per character.
 
-All quantities are in **nats** (natural logarithms), the unit of the training loss, except the two n-gram
-estimates whose names end in ``_bits``: they return bits per character, the unit of the literature on the entropy
-of text. Each n-gram function names its unit in its name (``ngram_entropy`` and ``ngram_cross_entropy`` are
-the same functions as their ``_bits`` names, and ``ngram_baselines`` is ``ngram_baselines_nats``).
+All quantities are in **nats** (natural logarithms), the unit of the training loss, except where a function's
+name says bits: ``bits_per_char`` and the n-gram estimates ending in ``_bits`` return bits per character, the unit
+of the literature on the entropy of text. Each n-gram function names its unit (``ngram_entropy`` and
+``ngram_cross_entropy`` are the same functions as their ``_bits`` names, and ``ngram_baselines`` is
+``ngram_baselines_nats``).
 Distributions live on the last dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 
 * ``entropy(p)``                      H(p)     = -Σ_i p_i log p_i
@@ -25,8 +26,6 @@ import numbers
 
 import numpy as np
 import torch
-
-from transformer_lab.numerics import logsumexp
 
 LN2 = math.log(2.0)
 """ln 2: divide nats by it to get bits."""
@@ -77,7 +76,8 @@ def distribution_cross_entropy(p: torch.Tensor, q: torch.Tensor, dim: int = -1) 
 def kl_divergence(p: torch.Tensor, q: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Kullback–Leibler divergence in nats: KL(p ‖ q) = Σ_i p_i (log p_i - log q_i) ≥ 0.  (..., V) -> (...).
 
-    Equals ``F.kl_div(q.log(), p, reduction="none").sum(dim)``; note the reversed argument order there.
+    Equals ``F.kl_div(q.log(), p, reduction="none").sum(dim)`` (note the reversed argument order there) except
+    where some p_i = q_i = 0: that term is 0 here and NaN there (0 · (log 0 - log 0)).
     """
     _check_distribution(p, "p", dim)
     _check_distribution(q, "q", dim)
@@ -97,8 +97,17 @@ def mutual_information(joint: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- the training loss
 def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    """Stable log-softmax on the last dim: log softmax(z)_i = z_i - LSE(z), LSE from chapter 7's ``logsumexp``."""
-    return logits - logsumexp(logits, dim=-1).unsqueeze(-1)  # a row of all -inf: -inf - (-inf) = NaN, as in PyTorch
+    """Stable log-softmax on the last dim: log softmax(z)_i = (z_i - m) - log Σ_j e^{z_j - m}, m = max_j z_j.
+
+    Not z_i - LSE(z) = z_i - (m + log Σ): for large logits that is a difference of two large numbers, and its
+    rounding error grows with max |z|. Here z_i - m is one rounding of a number no larger in size than the loss,
+    and log Σ lies in [0, log V].
+    """
+    m = logits.detach().amax(dim=-1, keepdim=True)  # the shift; a constant for the derivative
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all -inf (or +inf) rows: shift by 0
+    shifted = logits - m  # z_i - m <= 0
+    # a row of all -inf: -inf - log 0 = -inf - (-inf) = NaN, as in PyTorch
+    return shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100,
@@ -108,13 +117,14 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     logits (N, V) or (B, T, V); targets (N,) or (B, T) integer class ids in [0, V) or ``ignore_index`` (those
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
     or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits; a -inf logit at the target
-    gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Equals it for logits
-    in [-inf, inf) (a +inf logit elsewhere in the row gives inf here, NaN there). Half-precision logits
-    (float16, bfloat16) are computed in float32 and the result is returned in the input's dtype, so the loss
-    equals ``F.cross_entropy(logits.float(), targets)`` rounded once to that dtype. Inside ``torch.compile`` the
-    targets' range is not read (it would split the graph): an id outside [0, V) then fails inductor's own bounds
-    check instead of this function's ``ValueError`` (on a CPU a ``RuntimeError`` "index out of bounds", on CUDA a
-    device-side assert).
+    gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Computed as PyTorch does,
+    log Σ_j e^{z_j - m} - (z_y - m) with m = max_j z_j, so it equals ``F.cross_entropy`` to rounding for logits in
+    [-inf, inf), even with a large common offset or near-ties (a +inf logit elsewhere in the row gives inf here,
+    NaN there). Half-precision logits (float16, bfloat16) are computed in float32 and the result is returned in the
+    input's dtype, so the loss equals ``F.cross_entropy(logits.float(), targets)`` rounded once to that dtype.
+    Inside ``torch.compile`` the targets' range is not read (it would split the graph): an id outside [0, V) then
+    fails inductor's own bounds check instead of this function's ``ValueError`` (on a CPU a ``RuntimeError``
+    "index out of bounds", on CUDA a device-side assert).
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")

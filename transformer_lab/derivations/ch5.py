@@ -256,7 +256,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def check(seed: int = 0) -> dict[str, float]:
     """Largest relative difference, |a - b| / max(1, |b|), between the SymPy results (lambdified), ours and
-    PyTorch, float64, random inputs."""
+    PyTorch, float64, random inputs; the Gibbs row is the most negative KL, an absolute number."""
     gen = torch.Generator().manual_seed(seed)
     n, N = 5, 64
     p = torch.softmax(torch.randn(N, n, generator=gen, dtype=torch.float64) * 2, dim=-1)
@@ -278,15 +278,23 @@ def check(seed: int = 0) -> dict[str, float]:
         "H(p): sympy vs ours": _relative(sym_hp, info.entropy(p)),
         "KL: sympy vs ours": _relative(sym_kl, info.kl_divergence(p, q)),
         "KL: ours vs F.kl_div": _relative(info.kl_divergence(p, q), torch_kl),
-        "Gibbs violation: max(0, -min KL)": max(0.0, -info.kl_divergence(p, q).min().item()),
+        "Gibbs: largest negative KL (absolute)": max(0.0, -info.kl_divergence(p, q).min().item()),
     }
-    # cross-entropy from logits, ordinary (std 3) and extreme (std 1e4) logits: values and gradients
+    # cross-entropy from logits, ordinary (std 3), extreme (std 1e4) and offset logits: values and gradients.
+    # Offset: std 3 around a common 1e4, with a constant row and a near-tie row; SymPy's side is evaluated on
+    # z - 1e4, which is exact in float64 (Sterbenz: z and 1e4 lie within a factor 2), so it does not share the
+    # rounding of large numbers that the offset would cause
     V = 6
     fs, grads = _lambdified_ce(V)
-    for label, scale in (("logits", 3.0), ("extreme logits", 1e4)):
-        z = (torch.randn(N, V, generator=gen, dtype=torch.float64) * scale).requires_grad_(True)
+    for label, scale in (("logits", 3.0), ("extreme logits", 1e4), ("offset logits", 3.0)):
+        z = torch.randn(N, V, generator=gen, dtype=torch.float64) * scale
+        offset = 1e4 if label == "offset logits" else 0.0
+        if offset:
+            z[0] = 0.0  # a constant row: the loss is exactly log V
+            z[1] = torch.tensor([0.0, -0.5, -1.0, -1e-3, -0.5 - 1e-3, -2.0], dtype=torch.float64)  # near-ties
+        z = (z + offset).requires_grad_(True)
         y = torch.randint(0, V, (N,), generator=gen)
-        zn, m = z.detach().numpy(), z.detach().amax(-1).numpy()
+        zn, m = z.detach().numpy() - offset, z.detach().amax(-1).numpy() - offset
         sym = torch.tensor([fs[t](*zn[i], m[i]) for i, t in enumerate(y.tolist())], dtype=torch.float64)
         sym_g = torch.tensor([grads[t](*zn[i], m[i]) for i, t in enumerate(y.tolist())], dtype=torch.float64) / N
         ours = info.cross_entropy(z, y, reduction="none")
