@@ -80,7 +80,7 @@ def test_schedule_properties():
 
 def test_check_numbers():
     res = ch3.check(seed=3)
-    assert len(res) == 13
+    assert len(res) == 16
     for name, value in res.items():
         assert value < 1e-12, name
 

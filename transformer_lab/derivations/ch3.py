@@ -151,8 +151,9 @@ def gradient_flow_quadratic() -> dict[str, object]:
     flow = sp.dsolve(ode, theta(tau), ics={theta(0): theta0}).rhs
     recurrence = sp.Eq(y(k + 1), y(k) - eta * a * y(k))
     descent = sp.rsolve(recurrence.lhs - recurrence.rhs, y(k), {y(0): theta0})
-    log_factor = sp.series(sp.log(1 - eta * a), eta, 0, 3).removeO()  # log(1 − ηa) = −ηa − η²a²/2 − …
-    return {"a": a, "theta0": theta0, "t": tau, "k": k, "ode": ode, "flow": flow, "recurrence": recurrence,
+    log_factor = sp.series(sp.log(1 - eta * a), eta, 0, 3)  # −ηa − η²a²/2 + O(η³): the O term stays, so "=" holds
+    shown = recurrence.subs({y(k + 1): sp.Symbol(r"\theta_{k+1}"), y(k): sp.Symbol("theta_k")})  # θ_k, not y(k)
+    return {"a": a, "theta0": theta0, "t": tau, "k": k, "ode": ode, "flow": flow, "recurrence": shown,
             "descent": descent, "flow_at_k": flow.subs(tau, k * eta), "log_factor": log_factor,
             "oscillates": sp.solve_univariate_inequality(1 - eta * a < 0, eta, relational=False),
             "stability": sp.solve_univariate_inequality(sp.Abs(1 - eta * a) < 1, eta, relational=False)}
@@ -312,4 +313,34 @@ def check(seed: int = 0) -> dict[str, float]:
             ref.step()
     out["schedule: sympy vs ours"] = worst_sym
     out["schedule: ours vs torch"] = worst_ref
+
+    second = sp.lambdify([beta2, t, s2], bias_correction()["second_moment"])  # E[v_t] against its recursion
+    worst_v2 = 0.0
+    for b2_, s_ in ((0.999, 0.3), (0.95, 2.0)):
+        v = 0.0
+        for step in range(1, 201):
+            v = b2_ * v + (1 - b2_) * s_  # E[v_t] = β₂ E[v_{t−1}] + (1 − β₂) s
+            worst_v2 = max(worst_v2, abs(second(b2_, step, s_) - v))
+    out["E[v_t]: sympy vs recursion"] = worst_v2
+
+    st = adam_effective_step()
+    gr = sp.Symbol("g", real=True, nonzero=True)
+    spike = sp.lambdify([beta1, beta2, t, eta, gr], st["spike_t"])
+    history = torch.randn(40, generator=gen, dtype=torch.float64)
+    worst_spike = worst_scale = 0.0
+    for steps in (1, 5, 40):  # a lone spike at the last step, and a random history scaled by c = 1000
+        last = {}
+        for name, grads in (("spike", [0.0] * (steps - 1) + [0.5]), ("plain", history[:steps].tolist()),
+                            ("scaled", (1000 * history[:steps]).tolist())):
+            p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+            opt = AdamW([p], lr=1.0, betas=(0.9, 0.999), eps=1e-300, weight_decay=0.0)
+            for k in range(steps):
+                before = p.detach().clone()
+                p.grad = torch.full((1,), grads[k], dtype=torch.float64)
+                opt.step()
+            last[name] = float(before - p.detach())
+        worst_spike = max(worst_spike, abs(last["spike"] - spike(0.9, 0.999, steps, 1.0, 0.5)))
+        worst_scale = max(worst_scale, abs(last["scaled"] - last["plain"]))
+    out["lone spike: sympy vs ours"] = worst_spike
+    out["scale invariance: ours on g and 1000 g"] = worst_scale
     return out
