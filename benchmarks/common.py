@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lab.data import Corpus, get_batch, load_corpus
+from transformer_lab.fast import FastAdamW
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.information import cross_entropy
-from transformer_lab.optim import AdamW, decay_groups
+from transformer_lab.optim import decay_groups
 from transformer_lab.reference import ReferenceGPT
 
 
@@ -51,7 +52,7 @@ def stack(model, kind: str, *, compile: bool = False):
     Ours is set up as the trainer sets it up: clipping's norm checks finiteness (so AdamW need not), the groups
     flattened, and with ``compile`` (a compiled model) the flat update and the clipping compiled too."""
     if kind == "ours":
-        opt = AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
+        opt = FastAdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
         opt.flatten_(compile=compile)
 
         def loss_of(x, y):
@@ -63,9 +64,9 @@ def stack(model, kind: str, *, compile: bool = False):
 
 
 def clip(model, opt, max_norm: float = 1.0) -> torch.Tensor:
-    """Clip the gradients as the trainer does: ours through :meth:`AdamW.clip_grad_norm_` (one compiled kernel over
+    """Clip the gradients as the trainer does: ours through :meth:`FastAdamW.clip_grad_norm_` (one compiled kernel over
     the flat gradients when the update is compiled), the reference with torch's ``clip_grad_norm_``."""
-    if isinstance(opt, AdamW):
+    if isinstance(opt, FastAdamW):
         return opt.clip_grad_norm_(model.parameters(), max_norm)
     return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 

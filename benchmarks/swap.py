@@ -48,19 +48,19 @@ BASE, OURS, ALL = "reference", "ours", "ours, all five fused"
 
 
 def fused_layer_norm(ln, x):
-    """``LayerNorm._forward`` by ``F.layer_norm``: x (..., C) -> (x - mean) / sqrt(var + eps) * weight + bias."""
+    """``FastLayerNorm._forward`` by ``F.layer_norm``: x (..., C) -> (x - mean) / sqrt(var + eps) * weight + bias."""
     return F.layer_norm(x, (ln.d_model,), ln.weight, ln.bias, ln.eps)
 
 
 def fused_gelu(mlp, x, generator=None):
-    """``MLP._forward`` with ``F.gelu``: x (..., C) -> proj(GELU(fc(x))), the MLP's own GELU approximation."""
+    """``FastMLP._forward`` with ``F.gelu``: x (..., C) -> proj(GELU(fc(x))), the MLP's own GELU approximation."""
     if mlp.training and mlp.p > 0:
         raise RuntimeError("swap: the GELU stand-in has no dropout; the recipe has none")
     return mlp.proj(F.gelu(mlp.fc(x), approximate=mlp.approximate))
 
 
 def fused_attention(attn, q, k, v, *, need_weights=False):
-    """``MultiHeadAttention._attend_causal`` in training (T_q = T_k) by ``F.scaled_dot_product_attention``:
+    """``FastMultiHeadAttention._attend_causal`` in training (T_q = T_k) by ``F.scaled_dot_product_attention``:
     q, k, v (B, h, T, d_k) -> concat(heads) W_Oᵀ + b_O (B, T, C), with no weights returned."""
     if need_weights or (attn.training and attn.dropout > 0) or q.shape[-2] != k.shape[-2]:
         raise RuntimeError("swap: the attention stand-in returns no weights, has no dropout and no cache "

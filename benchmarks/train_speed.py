@@ -7,7 +7,7 @@ tokens/s (the median of the rounds), each one's ratio to the eager built-in refe
 ratios: the number we quote) and the share of the machine's measured float32 matmul peak (FLOP/s) each step uses.
 "Compiled" runs the model's forward and its loss through ``torch.compile`` as one function, as
 ``Trainer(compile=True)`` does (which for ours also compiles the optimizer's flat update and the clipping,
-:meth:`~transformer_lab.optim.AdamW.flatten_`); its kernels are kept
+:meth:`~transformer_lab.fast.FastAdamW.flatten_`); its kernels are kept
 in :func:`~transformer_lab.train.use_compile_cache`'s directory, and the warm-up that compiles (or reads the cache)
 is timed and printed.
 

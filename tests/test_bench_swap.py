@@ -29,9 +29,9 @@ def counting(monkeypatch, calls: collections.Counter) -> None:
         monkeypatch.setitem(swap.SWAPS, name, (part, method, stand_in, count))
     import common
 
-    import transformer_lab.norm as norm
+    import transformer_lab.fast as fast
 
-    for module, attr, key in ((norm, "_layer_norm", "our LayerNorm"), (common, "cross_entropy", "our loss")):
+    for module, attr, key in ((fast, "fast_layer_norm", "our LayerNorm"), (common, "cross_entropy", "our loss")):
         original = getattr(module, attr)
 
         def counted(*args, _original=original, _key=key, **kwargs):
