@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +20,29 @@ from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.information import cross_entropy
 from transformer_lab.optim import decay_groups
 from transformer_lab.reference import ReferenceGPT
+
+RESULTS = Path(__file__).resolve().parent / "results"  # one JSON file per benchmark, read by the book's fast page
+
+
+def add_out(ap: argparse.ArgumentParser, name: str) -> None:
+    """The ``--out`` option: where the benchmark writes its ratios (default ``results/NAME.json``; ``-``: nowhere)."""
+    ap.add_argument("--out", default=str(RESULTS / f"{name}.json"),
+                    help="write the ratios here as JSON (default %(default)s; '-': nowhere)")
+
+
+def write_result(out: str, name: str, rows: list[dict], **details) -> None:
+    """Write ``{"benchmark": name, "rows": rows, "machine": ..., **details}`` to ``out`` as JSON, unless it is ``-``.
+
+    Each row is ``{"compares": what the ratio divides, "ratio": the number}``; the first row is the one quoted."""
+    if out == "-":
+        return
+    machine = {"torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor()
+               or platform.machine(), "cpus": os.cpu_count()}
+    doc = {"benchmark": name, "rows": [{**r, "ratio": round(float(r["ratio"]), 4)} for r in rows],
+           "machine": machine, **details}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 @functools.cache
@@ -107,9 +134,11 @@ def median_ratio(times: list[float], base: list[float]) -> float:
     return statistics.median(b / t for t, b in zip(times, base, strict=True))
 
 
-def step_parser(doc: str, *, steps: int, rounds: int) -> argparse.ArgumentParser:
-    """The options of a benchmark that times whole training steps of several variants in alternating rounds."""
+def step_parser(doc: str, name: str, *, steps: int, rounds: int) -> argparse.ArgumentParser:
+    """The options of a benchmark ``name`` that times whole training steps of several variants in alternating
+    rounds."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_out(ap, name)
     ap.add_argument("--steps", type=int, default=steps, help="training steps per timed round")
     ap.add_argument("--rounds", type=int, default=rounds, help="alternating rounds per variant")
     ap.add_argument("--batch-size", type=int, default=12)
@@ -130,3 +159,12 @@ def per_thread_count(args, measure, report) -> dict:
         report(out, args)
         results.append(out)
     return {"runs": results}
+
+
+def speed_rows(result: dict, first: str, base: str) -> list[dict]:
+    """One row per variant and thread count of ``per_thread_count``'s result: its speed relative to ``base``;
+    ``first`` (at the first thread count) leads."""
+    rows = [(name != first, i, {"compares": f"{name}: speed / {base}'s, {run['threads']} thread(s)",
+                                "ratio": v["ratio"]})
+            for i, run in enumerate(result["runs"]) for name, v in run["variants"].items() if name != base]
+    return [row for *_, row in sorted(rows, key=lambda r: r[:2])]

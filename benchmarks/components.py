@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import recipe_models, stack
+from common import add_out, recipe_models, stack, write_result
 
 from transformer_lab.fast import fast_attention, fast_gelu, fast_layer_norm
 from transformer_lab.information import cross_entropy
@@ -98,6 +98,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--number", type=int, default=50, help="calls per round")
+    add_out(ap, "components")
     args = ap.parse_args(argv)
     out = {}
     for threads in args.threads:
@@ -126,6 +127,9 @@ def main(argv=None) -> dict:
                   f"x{calls} per step: {per_step:+6.2f} ms")
         print(f"  the model and its loss {model:+.2f} ms per step, its parts without the update "
               f"{total - update:+.2f} ms: {model - (total - update):+.2f} ms not explained by the parts")
+    rows = [{"compares": f"{name}, ours / built-in time, {threads} thread(s)", "ratio": t_ours / t_ref}
+            for (threads, name), (t_ours, t_ref) in sorted(out.items(), key=lambda kv: kv[0][1] != WHOLES[1])]
+    write_result(args.out, "components", rows, rounds=args.rounds, number=args.number)
     return out
 
 

@@ -37,9 +37,11 @@ from common import (
     median_ratio,
     per_thread_count,
     recipe_models,
+    speed_rows,
     stack,
     step_parser,
     time_steps,
+    write_result,
 )
 
 from transformer_lab.data import get_batch
@@ -165,7 +167,10 @@ def report(out: dict, args) -> None:
 
 
 def main(argv=None) -> dict:
-    return per_thread_count(step_parser(__doc__, steps=10, rounds=9).parse_args(argv), measure, report)
+    args = step_parser(__doc__, "swap", steps=10, rounds=9).parse_args(argv)
+    result = per_thread_count(args, measure, report)
+    write_result(args.out, "swap", speed_rows(result, ALL, BASE), steps=args.steps, rounds=args.rounds)
+    return result
 
 
 if __name__ == "__main__":
