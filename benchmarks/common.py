@@ -164,7 +164,7 @@ def per_thread_count(args, measure, report) -> dict:
 def speed_rows(result: dict, first: str, base: str) -> list[dict]:
     """One row per variant and thread count of ``per_thread_count``'s result: its speed relative to ``base``;
     ``first`` (at the first thread count) leads."""
-    rows = [(name != first, i, {"compares": f"{name}: speed / {base}'s, {run['threads']} thread(s)",
+    rows = [(name != first, i, {"compares": f"{name}: speed relative to {base}, {run['threads']} thread(s)",
                                 "ratio": v["ratio"]})
             for i, run in enumerate(result["runs"]) for name, v in run["variants"].items() if name != base]
     return [row for *_, row in sorted(rows, key=lambda r: r[:2])]

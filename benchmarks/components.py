@@ -127,7 +127,7 @@ def main(argv=None) -> dict:
                   f"x{calls} per step: {per_step:+6.2f} ms")
         print(f"  the model and its loss {model:+.2f} ms per step, its parts without the update "
               f"{total - update:+.2f} ms: {model - (total - update):+.2f} ms not explained by the parts")
-    rows = [{"compares": f"{name}, ours / built-in time, {threads} thread(s)", "ratio": t_ours / t_ref}
+    rows = [{"compares": f"{name}: time of ours / the built-in's, {threads} thread(s)", "ratio": t_ours / t_ref}
             for (threads, name), (t_ours, t_ref) in sorted(out.items(), key=lambda kv: kv[0][1] != WHOLES[1])]
     write_result(args.out, "components", rows, rounds=args.rounds, number=args.number)
     return out

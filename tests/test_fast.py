@@ -5,6 +5,7 @@ Values and gradients in float64 (atol = rtol = 1e-12: the three sum in different
 """
 
 import copy
+import json
 
 import pytest
 import torch
@@ -506,3 +507,29 @@ def test_a_copy_of_a_flattened_optimizer_works():
     twin.step()
     after = [p.detach() for g in twin.param_groups for p in g["params"]]
     assert all(not torch.equal(b, a) for b, a in zip(before, after, strict=True))
+
+
+# ------------------------------------------------------------------ the page's benchmark table
+def test_the_fast_page_tables_every_saved_benchmark():
+    """book/fast.md renders cli.benchmark_results(): one row per result file, each written by its script."""
+    from conftest import ROOT
+
+    from transformer_lab.cli import BENCHMARKS, benchmark_results
+
+    assert "benchmark_results()" in (ROOT / "book" / "fast.md").read_text(encoding="utf-8")
+    saved = {p.stem for p in (ROOT / "benchmarks" / "results").glob("*.json")}
+    writers = {n for n in BENCHMARKS if "write_result(" in (ROOT / "benchmarks" / f"{n}.py").read_text("utf-8")}
+    assert saved == writers
+    rows = benchmark_results()
+    assert [r[0] for r in rows] == [n for n in BENCHMARKS if n in saved]
+    assert all(isinstance(r[1], str) and r[1] and r[2] > 0 for r in rows)
+
+
+def test_benchmark_results_reads_the_first_row_of_each_file(tmp_path):
+    from transformer_lab.cli import benchmark_results
+
+    machine = {"torch": "2.x", "python": "3.11", "cpu": "x86_64", "cpus": 2}
+    (tmp_path / "kernels.json").write_text(json.dumps({"benchmark": "kernels", "machine": machine, "rows": [
+        {"compares": "a / b", "ratio": 1.5}, {"compares": "c / d", "ratio": 0.5}]}), encoding="utf-8")
+    (tmp_path / "unknown.json").write_text("{}", encoding="utf-8")
+    assert benchmark_results(tmp_path) == [("kernels", "a / b", 1.5, "2 CPUs, torch 2.x")]

@@ -253,10 +253,10 @@ class _TanhGELU(torch.autograd.Function):
     GELU(x) = ½ x (1 + tanh u) = x σ(2u),  u = √(2/π)(x + c x³);  GELU′(x) = σ(2u) + x σ(2u)(1 − σ(2u)) 2u′(x).
     Same values and gradients as autograd through :func:`~transformer_lab.backprop.gelu`. Whether ``sigmoid`` beats
     ``tanh`` depends on the CPU and on PyTorch's kernel set (``benchmarks/kernels.py`` measures it: faster under
-    the AVX2 and the portable kernels, slower under AVX-512's, on the machine that wrote this). The capstone
-    (chapter 8) calls it in every block. The backward
-    clamps x to ±10: beyond, σ(1 − σ) < 1e-37 (exactly 0 for x > 10, and for |x| > 10 in float16), so the clamp
-    changes GELU′ by less than 1e-35 (|GELU′(x)| < 3e-36 for x < −10), and float16 gives 0 or 1, not inf · 0 = NaN.
+    the AVX2 and the portable kernels, slower under AVX-512's, on the machine that wrote this).
+    The backward clamps x to ±10: beyond, σ(1 − σ) < 1e-37 (exactly 0 for x > 10, and for |x| > 10 in float16),
+    so the clamp changes GELU′ by less than 1e-35 (|GELU′(x)| < 3e-36 for x < −10), and float16 gives 0 or 1, not
+    inf · 0 = NaN.
     """
 
     @staticmethod
