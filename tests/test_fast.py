@@ -131,6 +131,11 @@ def test_fast_multi_head_attention_has_the_plain_parameters_and_numbers():
     torch.testing.assert_close(ours, plain.attend(q, k, v, is_causal=True)[0], **TOL)
     torch.testing.assert_close(fast(query=x, key=x, value=x, is_causal=True),
                                plain(query=x, key=x, value=x, is_causal=True), **TOL)
+    band = torch.ones(40, 40, dtype=torch.bool).tril() & ~torch.ones(40, 40, dtype=torch.bool).tril(-4)
+    band[0] = False  # a query with no key
+    for a, b in zip(fast.attend(q, k, v, mask=band, need_weights=True),
+                    plain.attend(q, k, v, mask=band, need_weights=True), strict=True):
+        torch.testing.assert_close(a, b, **TOL)
 
 
 # ------------------------------------------------------------------ GELU

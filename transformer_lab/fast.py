@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from transformer_lab.attention import _HALF, MultiHeadAttention, _broadcast
+from transformer_lab.attention import _HALF, MultiHeadAttention, _broadcast, merge_heads
 from transformer_lab.backprop import _GELU_C, _SATURATED, _SQRT_2_OVER_PI, gelu
 from transformer_lab.mlp import MLP
 from transformer_lab.norm import LayerNorm
@@ -226,8 +226,16 @@ class _CausalAttention(torch.autograd.Function):
 
 
 class FastMultiHeadAttention(MultiHeadAttention):
-    """:class:`~transformer_lab.attention.MultiHeadAttention` whose causal self-attention runs through
-    :func:`fast_attention`; the same parameters and state-dict names."""
+    """:class:`~transformer_lab.attention.MultiHeadAttention` whose attention runs through :func:`fast_attention`;
+    the same parameters and state-dict names."""
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+               is_causal: bool = False, need_weights: bool = False):
+        """:meth:`MultiHeadAttention.attend` through :func:`fast_attention`: q (B, h, T_q, d_k), k, v
+        (B, h, T_k, d_k), mask as there -> ``(out (B, T_q, C), weights (B, h, T_q, T_k) or None)``."""
+        p = self.dropout if self.training else 0.0
+        out, weights = fast_attention(q, k, v, mask, None, p, None, is_causal, need_weights)
+        return self.out_proj(merge_heads(out)), weights  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
 
     def _attend_causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, need_weights: bool = False):
         """:meth:`attend` with ``is_causal=True`` for a caller that checked the shapes once (the GPT's blocks):
