@@ -12,7 +12,6 @@ all-reduce / step, and the bytes each rank sends in a ring all-reduce, 2 (N - 1)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -25,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import default_corpus, recipe_models, stack, time_steps
+from common import add_out, default_corpus, recipe_models, stack, time_steps, write_result
 
 
 def _free_port() -> int:
@@ -69,7 +68,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=12)
-    parser.add_argument("--out", default=None, help="write the result as JSON here")
+    add_out(parser, "allreduce")
     args = parser.parse_args()
     if args.rounds < 1 or args.steps < 1 or args.batch_size < 1:
         parser.error("--rounds, --steps and --batch-size must be >= 1")
@@ -89,8 +88,8 @@ def main() -> None:
           f"{r['ratio_allreduce_to_step']:.3f}")
     print(f"ring all-reduce sends 2(N-1)/N x {r['grad_bytes'] / 2**20:.2f} MiB = {ring / 2**20:.2f} MiB per rank: "
           f"{r['bus_bytes_per_s'] / 2**30:.2f} GiB/s")
-    if args.out:
-        Path(args.out).write_text(json.dumps(r, indent=1) + "\n", encoding="utf-8")
+    what = "an all-reduce of the gradient / a training step, 2 gloo processes, 1 thread each"
+    write_result(args.out, "allreduce", [{"compares": what, "ratio": r["ratio_allreduce_to_step"]}], **r)
 
 
 if __name__ == "__main__":

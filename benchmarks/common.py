@@ -4,17 +4,45 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from transformer_lab.data import Corpus, get_batch, load_corpus
+from transformer_lab.fast import FastAdamW
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.information import cross_entropy
-from transformer_lab.optim import AdamW, decay_groups
+from transformer_lab.optim import decay_groups
 from transformer_lab.reference import ReferenceGPT
+
+RESULTS = Path(__file__).resolve().parent / "results"  # one JSON file per benchmark, read by the book's fast page
+
+
+def add_out(ap: argparse.ArgumentParser, name: str) -> None:
+    """The ``--out`` option: where the benchmark writes its ratios (default ``results/NAME.json``; ``-``: nowhere)."""
+    ap.add_argument("--out", default=str(RESULTS / f"{name}.json"),
+                    help="write the ratios here as JSON (default %(default)s; '-': nowhere)")
+
+
+def write_result(out: str, name: str, rows: list[dict], **details) -> None:
+    """Write ``{"benchmark": name, "rows": rows, "machine": ..., **details}`` to ``out`` as JSON, unless it is ``-``.
+
+    Each row is ``{"compares": what the ratio divides, "ratio": the number}``; the first row is the one quoted."""
+    if out == "-":
+        return
+    machine = {"torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor()
+               or platform.machine(), "cpus": os.cpu_count()}
+    doc = {"benchmark": name, "rows": [{**r, "ratio": round(float(r["ratio"]), 4)} for r in rows],
+           "machine": machine, **details}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 @functools.cache
@@ -51,7 +79,7 @@ def stack(model, kind: str, *, compile: bool = False):
     Ours is set up as the trainer sets it up: clipping's norm checks finiteness (so AdamW need not), the groups
     flattened, and with ``compile`` (a compiled model) the flat update and the clipping compiled too."""
     if kind == "ours":
-        opt = AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
+        opt = FastAdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), check_finite=False)
         opt.flatten_(compile=compile)
 
         def loss_of(x, y):
@@ -63,9 +91,9 @@ def stack(model, kind: str, *, compile: bool = False):
 
 
 def clip(model, opt, max_norm: float = 1.0) -> torch.Tensor:
-    """Clip the gradients as the trainer does: ours through :meth:`AdamW.clip_grad_norm_` (one compiled kernel over
+    """Clip the gradients as the trainer does: ours through :meth:`FastAdamW.clip_grad_norm_` (one compiled kernel over
     the flat gradients when the update is compiled), the reference with torch's ``clip_grad_norm_``."""
-    if isinstance(opt, AdamW):
+    if isinstance(opt, FastAdamW):
         return opt.clip_grad_norm_(model.parameters(), max_norm)
     return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
@@ -106,9 +134,11 @@ def median_ratio(times: list[float], base: list[float]) -> float:
     return statistics.median(b / t for t, b in zip(times, base, strict=True))
 
 
-def step_parser(doc: str, *, steps: int, rounds: int) -> argparse.ArgumentParser:
-    """The options of a benchmark that times whole training steps of several variants in alternating rounds."""
+def step_parser(doc: str, name: str, *, steps: int, rounds: int) -> argparse.ArgumentParser:
+    """The options of a benchmark ``name`` that times whole training steps of several variants in alternating
+    rounds."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_out(ap, name)
     ap.add_argument("--steps", type=int, default=steps, help="training steps per timed round")
     ap.add_argument("--rounds", type=int, default=rounds, help="alternating rounds per variant")
     ap.add_argument("--batch-size", type=int, default=12)
@@ -129,3 +159,12 @@ def per_thread_count(args, measure, report) -> dict:
         report(out, args)
         results.append(out)
     return {"runs": results}
+
+
+def speed_rows(result: dict, first: str, base: str) -> list[dict]:
+    """One row per variant and thread count of ``per_thread_count``'s result: its speed relative to ``base``;
+    ``first`` (at the first thread count) leads."""
+    rows = [(name != first, i, {"compares": f"{name}: speed relative to {base}, {run['threads']} thread(s)",
+                                "ratio": v["ratio"]})
+            for i, run in enumerate(result["runs"]) for name, v in run["variants"].items() if name != base]
+    return [row for *_, row in sorted(rows, key=lambda r: r[:2])]

@@ -18,6 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_out, write_result
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -39,6 +42,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-iters", type=int, default=4, help="training steps in each run")
     ap.add_argument("--threads", type=int, default=1)
+    add_out(ap, "compile_startup")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         cache, out = str(Path(tmp) / "inductor"), str(Path(tmp) / "m.json")
@@ -50,6 +54,11 @@ def main(argv=None) -> dict:
     print(f"  first run (empty compile cache)  {first:6.1f} s")
     print(f"  second run (cache filled)        {second:6.1f} s   first / second = {first / second:.1f}x")
     print(f"  --no-compile                     {eager:6.1f} s   second / eager = {second / eager:.1f}x")
+    write_result(args.out, "compile_startup", [
+        {"compares": f"`train` for {args.max_iters} steps: first run (empty compile cache) / second run (cache "
+                     "filled), wall time", "ratio": first / second},
+        {"compares": f"`train` for {args.max_iters} steps: second run (compiled, cache filled) / --no-compile, "
+                     "wall time", "ratio": second / eager}], seconds={"first": first, "second": second, "eager": eager})
     return result
 
 

@@ -25,12 +25,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import recipe_models, stack
+from common import add_out, recipe_models, stack, write_result
 
-from transformer_lab.attention import _sdpa
+from transformer_lab.fast import fast_attention, fast_gelu, fast_layer_norm
 from transformer_lab.information import cross_entropy
-from transformer_lab.mlp import _TanhGELU
-from transformer_lab.norm import _layer_norm
 
 B, T, C, H, V = 12, 64, 128, 4, 65  # the recipe's batch and model; V: the corpus's alphabet
 
@@ -57,8 +55,7 @@ def parts() -> dict[str, tuple]:
     idx = torch.randint(0, V, (B, T), generator=g)
 
     def attention_ours():
-        out, _ = _sdpa(q, k, v, mask=None, scale=None, dropout=0.0, generator=None, is_causal=True,
-                       need_weights=False)
+        out, _ = fast_attention(q, k, v, is_causal=True)
         out.backward(go)
 
     def attention_ref():
@@ -71,10 +68,10 @@ def parts() -> dict[str, tuple]:
         F.cross_entropy(ref_model(idx).flatten(0, 1), y.flatten()).backward()
 
     return {
-        "LayerNorm (12, 64, 128)": (9, lambda: _layer_norm(x, w, b, 1e-5).backward(gy),
+        "LayerNorm (12, 64, 128)": (9, lambda: fast_layer_norm(x, w, b, 1e-5).backward(gy),
                                     lambda: F.layer_norm(x, (C,), w, b, 1e-5).backward(gy)),
         "causal attention (12, 4, 64, 32)": (4, attention_ours, attention_ref),
-        "tanh-GELU (12, 64, 512)": (4, lambda: _TanhGELU.apply(h).backward(gh),
+        "tanh-GELU (12, 64, 512)": (4, lambda: fast_gelu(h).backward(gh),
                                     lambda: F.gelu(h, approximate="tanh").backward(gh)),
         "cross-entropy (12, 64, 65)": (1, lambda: cross_entropy(z, y).backward(),
                                        lambda: F.cross_entropy(z.flatten(0, 1), y.flatten()).backward()),
@@ -101,6 +98,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--number", type=int, default=50, help="calls per round")
+    add_out(ap, "components")
     args = ap.parse_args(argv)
     out = {}
     for threads in args.threads:
@@ -129,6 +127,9 @@ def main(argv=None) -> dict:
                   f"x{calls} per step: {per_step:+6.2f} ms")
         print(f"  the model and its loss {model:+.2f} ms per step, its parts without the update "
               f"{total - update:+.2f} ms: {model - (total - update):+.2f} ms not explained by the parts")
+    rows = [{"compares": f"{name}: time of ours / the built-in's, {threads} thread(s)", "ratio": t_ours / t_ref}
+            for (threads, name), (t_ours, t_ref) in sorted(out.items(), key=lambda kv: kv[0][1] != WHOLES[1])]
+    write_result(args.out, "components", rows, rounds=args.rounds, number=args.number)
     return out
 
 

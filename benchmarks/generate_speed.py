@@ -12,9 +12,14 @@ recomputing the whole context is not, so the ratio depends on it and both are pr
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_out, write_result
 
 from transformer_lab.cli import load_model
 
@@ -25,14 +30,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--repeat", type=int, default=3, help="alternating repeats; the best of each is kept")
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts to measure")
+    add_out(ap, "generate_speed")
     args = ap.parse_args(argv)
     model, tok, _ = load_model(args.checkpoint)
     prompt = tok.encode("ROMEO:\n").view(1, -1)
     before = torch.get_num_threads()
     try:
-        return {n: _measure(model, prompt, args, n) for n in (int(t) for t in args.threads.split(","))}
+        result = {n: _measure(model, prompt, args, n) for n in (int(t) for t in args.threads.split(","))}
     finally:
         torch.set_num_threads(before)
+    write_result(args.out, "generate_speed", [
+        {"compares": f"{args.tokens} tokens: recomputing the context / the KV cache, wall time, {n} thread(s)",
+         "ratio": r["speedup"]} for n, r in result.items()], tokens=args.tokens,
+        same_tokens=all(r["same"] for r in result.values()))
+    return result
 
 
 def _measure(model, prompt, args, threads: int) -> dict:

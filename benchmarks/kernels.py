@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import add_out, write_result
 
 from transformer_lab.attention import _broadcast
 
@@ -66,6 +71,7 @@ def pairs() -> dict[str, tuple]:
 def main(argv=None) -> dict[str, float]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
+    add_out(ap, "kernels")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     ratios = {}
@@ -74,6 +80,10 @@ def main(argv=None) -> dict[str, float]:
         t_slow, t_fast = best_us(slow), best_us(fast)
         ratios[name] = t_slow / t_fast
         print(f"  {name:45s} {t_slow:8.1f} us / {t_fast:7.1f} us = {ratios[name]:5.1f}x")
+    first = "tanh / sigmoid (48, 64, 64)"  # the one the capstone's GELU rests on
+    write_result(args.out, "kernels", [{"compares": f"{name}: CPU time of the first / the second", "ratio": r}
+                                       for name, r in sorted(ratios.items(), key=lambda kv: kv[0] != first)],
+                 threads=args.threads)
     return ratios
 
 

@@ -37,9 +37,11 @@ from common import (
     median_ratio,
     per_thread_count,
     recipe_models,
+    speed_rows,
     stack,
     step_parser,
     time_steps,
+    write_result,
 )
 
 from transformer_lab.data import get_batch
@@ -48,19 +50,19 @@ BASE, OURS, ALL = "reference", "ours", "ours, all five fused"
 
 
 def fused_layer_norm(ln, x):
-    """``LayerNorm._forward`` by ``F.layer_norm``: x (..., C) -> (x - mean) / sqrt(var + eps) * weight + bias."""
+    """``FastLayerNorm._forward`` by ``F.layer_norm``: x (..., C) -> (x - mean) / sqrt(var + eps) * weight + bias."""
     return F.layer_norm(x, (ln.d_model,), ln.weight, ln.bias, ln.eps)
 
 
 def fused_gelu(mlp, x, generator=None):
-    """``MLP._forward`` with ``F.gelu``: x (..., C) -> proj(GELU(fc(x))), the MLP's own GELU approximation."""
+    """``FastMLP._forward`` with ``F.gelu``: x (..., C) -> proj(GELU(fc(x))), the MLP's own GELU approximation."""
     if mlp.training and mlp.p > 0:
         raise RuntimeError("swap: the GELU stand-in has no dropout; the recipe has none")
     return mlp.proj(F.gelu(mlp.fc(x), approximate=mlp.approximate))
 
 
 def fused_attention(attn, q, k, v, *, need_weights=False):
-    """``MultiHeadAttention._attend_causal`` in training (T_q = T_k) by ``F.scaled_dot_product_attention``:
+    """``FastMultiHeadAttention._attend_causal`` in training (T_q = T_k) by ``F.scaled_dot_product_attention``:
     q, k, v (B, h, T, d_k) -> concat(heads) W_Oᵀ + b_O (B, T, C), with no weights returned."""
     if need_weights or (attn.training and attn.dropout > 0) or q.shape[-2] != k.shape[-2]:
         raise RuntimeError("swap: the attention stand-in returns no weights, has no dropout and no cache "
@@ -165,7 +167,10 @@ def report(out: dict, args) -> None:
 
 
 def main(argv=None) -> dict:
-    return per_thread_count(step_parser(__doc__, steps=10, rounds=9).parse_args(argv), measure, report)
+    args = step_parser(__doc__, "swap", steps=10, rounds=9).parse_args(argv)
+    result = per_thread_count(args, measure, report)
+    write_result(args.out, "swap", speed_rows(result, ALL, BASE), steps=args.steps, rounds=args.rounds)
+    return result
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ tokens/s (the median of the rounds), each one's ratio to the eager built-in refe
 ratios: the number we quote) and the share of the machine's measured float32 matmul peak (FLOP/s) each step uses.
 "Compiled" runs the model's forward and its loss through ``torch.compile`` as one function, as
 ``Trainer(compile=True)`` does (which for ours also compiles the optimizer's flat update and the clipping,
-:meth:`~transformer_lab.optim.AdamW.flatten_`); its kernels are kept
+:meth:`~transformer_lab.fast.FastAdamW.flatten_`); its kernels are kept
 in :func:`~transformer_lab.train.use_compile_cache`'s directory, and the warm-up that compiles (or reads the cache)
 is timed and printed.
 
@@ -24,7 +24,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, median_ratio, per_thread_count, recipe_models, stack, step_parser, time_steps
+from common import (
+    alternate,
+    median_ratio,
+    per_thread_count,
+    recipe_models,
+    speed_rows,
+    stack,
+    step_parser,
+    time_steps,
+    write_result,
+)
 
 from transformer_lab.train import compile_problem, use_compile_cache
 
@@ -95,7 +105,7 @@ def report(out: dict, args) -> None:
 
 
 def main(argv=None) -> dict:
-    ap = step_parser(__doc__, steps=20, rounds=7)
+    ap = step_parser(__doc__, "train_speed", steps=20, rounds=7)
     ap.add_argument("--eager-only", action="store_true", help="leave out the two compiled variants")
     args = ap.parse_args(argv)
     if not args.eager_only:
@@ -104,7 +114,10 @@ def main(argv=None) -> dict:
         if problem:
             print(f"note: compiled variants left out: {problem}")
             args.eager_only = True
-    return per_thread_count(args, measure, report)
+    result = per_thread_count(args, measure, report)
+    first = "ours eager" if args.eager_only else "ours compiled"
+    write_result(args.out, "train_speed", speed_rows(result, first, BASE), steps=args.steps, rounds=args.rounds)
+    return result
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ refused."""
 
 import collections
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -29,9 +30,9 @@ def counting(monkeypatch, calls: collections.Counter) -> None:
         monkeypatch.setitem(swap.SWAPS, name, (part, method, stand_in, count))
     import common
 
-    import transformer_lab.norm as norm
+    import transformer_lab.fast as fast
 
-    for module, attr, key in ((norm, "_layer_norm", "our LayerNorm"), (common, "cross_entropy", "our loss")):
+    for module, attr, key in ((fast, "fast_layer_norm", "our LayerNorm"), (common, "cross_entropy", "our loss")):
         original = getattr(module, attr)
 
         def counted(*args, _original=original, _key=key, **kwargs):
@@ -104,8 +105,11 @@ def test_unknown_names_and_other_shapes_are_refused():
         swap.swapped(model, ["layernorm"])
 
 
-def test_the_script_runs_end_to_end(capsys):
-    out = swap.main(["--threads", "1", "--rounds", "1", "--steps", "1"])
+def test_the_script_runs_end_to_end(capsys, tmp_path):
+    written = tmp_path / "swap.json"
+    out = swap.main(["--threads", "1", "--rounds", "1", "--steps", "1", "--out", str(written)])
+    rows = json.loads(written.read_text(encoding="utf-8"))["rows"]
+    assert rows[0]["compares"].startswith(swap.ALL) and len(rows) == len(out["runs"][0]["variants"]) - 1
     (run,) = out["runs"]
     assert run["threads"] == 1 and set(run["variants"]) == {
         swap.OURS, *(f"ours, fused {n}" for n in [*swap.SWAPS, swap.LOSS]), swap.ALL, swap.BASE}

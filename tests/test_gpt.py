@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer_lab import attention
+from transformer_lab import fast
 from transformer_lab.gpt import GPT, GPTConfig, KVCache
 from transformer_lab.reference import ReferenceGPT
 
@@ -33,11 +33,11 @@ def test_same_weights_give_the_same_logits_as_the_reference(positions):
     torch.testing.assert_close(ours(idx[:, :1]), ref(idx[:, :1]), atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("T", [12, 64])  # 64 >= attention._CAUSAL_SPLIT_MIN: the split causal path of training
+@pytest.mark.parametrize("T", [12, 64])  # 64 >= fast._CAUSAL_SPLIT_MIN: the split causal path of training
 def test_same_gradients_as_the_reference(T):
     ours, ref = _pair("learned", block_size=max(T, SMALL["block_size"]))
     idx = torch.randint(SMALL["vocab_size"], (2, T))
-    assert (T >= attention._CAUSAL_SPLIT_MIN) == (T == 64)
+    assert (T >= fast._CAUSAL_SPLIT_MIN) == (T == 64)
     ours(idx).square().mean().backward()
     ref(idx).square().mean().backward()
     g_ref = dict(ref.named_parameters())

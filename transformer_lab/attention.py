@@ -2,9 +2,9 @@
 
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V
 
-Everything is written with plain tensor operations (matrix products, reshapes, chapter 2's max-shifted softmax
-and its Jacobian in the hand-written backward pass of the attention core), shape comments beside each line, and
-keyword arguments ``query=, key=, value=, mask=`` so a query can never be passed as a key.
+Everything is written with plain tensor operations (matrix products, reshapes, the softmax), differentiated by
+autograd, with shape comments beside each line and keyword arguments ``query=, key=, value=, mask=`` so a query
+can never be passed as a key.
 Masks are boolean with ``True`` = "may attend", the convention of ``F.scaled_dot_product_attention``.
 
 Dtypes: float32 and float64 inputs are computed in their own dtype; float16 and bfloat16 inputs are computed in
@@ -14,7 +14,6 @@ inf - inf = NaN, and the products and row sums would lose digits.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -22,6 +21,8 @@ from torch import nn
 
 from transformer_lab._checks import positive_int, shape_or_type
 from transformer_lab.positional import causal_mask
+
+_HALF = (torch.float16, torch.bfloat16)
 
 __all__ = ["Embedding", "MultiHeadAttention", "attention_formula", "merge_heads", "scaled_dot_product_attention",
            "split_heads", "tie_weights"]
@@ -58,8 +59,8 @@ def attention_formula(*, query: torch.Tensor, key: torch.Tensor, value: torch.Te
                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``softmax(Q Kᵀ / √d_k) V`` written as the formula, for reading; returns ``(out, weights)``.
 
-    Shapes and mask as in :func:`scaled_dot_product_attention`, which computes the same numbers faster (and gives a
-    fully masked row weights 0, where this formula gives 0/0 = NaN).
+    Shapes and mask as in :func:`scaled_dot_product_attention`, which also checks its inputs, has dropout and a
+    causal option, and gives a fully masked row weights 0, where this formula gives 0/0 = NaN.
     """
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # S = Q Kᵀ / √d_k   (..., T_q, T_k)
     if mask is not None:
@@ -83,9 +84,8 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
     ``is_causal=True`` (no ``mask`` then) applies the causal mask of :func:`~transformer_lab.positional.causal_mask`:
     query i sees keys j <= i + (T_k - T_q), aligned bottom-right (the queries are the last T_q positions, as with
     a key-value cache); ``F.scaled_dot_product_attention(is_causal=True)`` aligns top-left (j <= i), so the two
-    differ when T_q != T_k. ``need_weights=False`` returns ``(out, None)``; with ``is_causal``, no dropout,
-    autograd recording and T_q = T_k >= 32 it also lets training skip the keys the mask hides
-    (:class:`_CausalAttention`).
+    differ when T_q != T_k. ``need_weights=False`` returns ``(out, None)``.
+    Plain tensor operations, differentiated by autograd; the GPT uses :func:`transformer_lab.fast.fast_attention`.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
@@ -115,194 +115,26 @@ def scaled_dot_product_attention(*, query: torch.Tensor, key: torch.Tensor, valu
                              f"T_q={T_q}, T_k={T_k}")
     elif mask is not None:
         _check_mask(mask, torch.Size((*batch, T_q, T_k)))
-    return _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_weights)
-
-
-def _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_weights):
-    """:func:`scaled_dot_product_attention` on inputs it has checked, or that a model checked once (the GPT's
-    blocks, whose shapes follow from its config): the computation alone, no checks."""
-    if torch.amp.is_autocast_available(query.device.type) and torch.is_autocast_enabled(query.device.type):
-        with torch.autocast(query.device.type, enabled=False):  # our core picks its precision (forward = backward)
-            return _sdpa(query, key, value, mask, scale, dropout, generator, is_causal, need_weights)
     if query.dtype in _HALF or key.dtype in _HALF or value.dtype in _HALF:  # computed in float32, rounded once
         wide = [t.float() if t.dtype in _HALF else t for t in (query, key, value)]
-        out, weights = _sdpa(*wide, mask, scale, dropout, generator, is_causal, need_weights)
+        out, weights = scaled_dot_product_attention(query=wide[0], key=wide[1], value=wide[2], mask=mask, scale=scale,
+                                                    dropout=dropout, generator=generator, is_causal=is_causal,
+                                                    need_weights=need_weights)
         return out.to(query.dtype), (None if weights is None else weights.to(query.dtype))
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale  # 1/√d_k
-    T_q, T_k = query.shape[-2], key.shape[-2]
-    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-    if grad and is_causal and not need_weights and dropout == 0.0 and T_q == T_k >= _CAUSAL_SPLIT_MIN:
-        additive = (_additive(causal_mask(T_q, device=query.device), query) if torch.compiler.is_compiling()
-                    else _causal_additive(T_q, query.device, query.dtype))  # compiled: a constant of the graph
-        return _CausalAttention.apply(query, key, value, additive, scale), None
-    if is_causal:  # one query, the last position, sees every key: no mask at all (the common case when generating)
-        mask = causal_mask(T_q, T_k, device=query.device) if T_q > 1 else None
-    if not grad:
-        out, weights = _attend(query, key, value, mask, scale, dropout, generator)[-2:]  # no autograd bookkeeping
-        return out, (weights if need_weights else None)
-    out, weights = _Attention.apply(query, key, value, mask, scale, dropout, generator)
-    return out, (weights if need_weights else None)
-
-
-@functools.lru_cache(maxsize=16)
-def _causal_additive(T: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """The (T, T) causal mask as an additive 0 / -inf matrix, built once per (T, device, dtype); only ever read."""
-    return _additive(causal_mask(T, device=device), torch.empty(0, dtype=dtype, device=device))
-
-
-_HALF = (torch.float16, torch.bfloat16)
-_CAUSAL_SPLIT_MIN = 32  # hand-chosen, not a measured break-even: near it the split may cost more than it saves
-# (a review's one-thread forward + backward timings found it slower at T = 32)
-
-
-def _additive(mask: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
-    """The boolean mask as an additive 0 / -inf matrix in ``like``'s dtype (adding is faster than masked_fill)."""
-    if mask is None:
-        return None
-    return torch.zeros(mask.shape, dtype=like.dtype, device=like.device).masked_fill_(~mask, float("-inf"))
-
-
-def _softmax_weights(q: torch.Tensor, key: torch.Tensor, additive: torch.Tensor | None) -> torch.Tensor:
-    """P = softmax(S) with S = q Kᵀ (+ additive): q (..., T_q, d_k) is Q · scale. (..., T_q, T_k)."""
-    scores = q @ key.transpose(-2, -1)  # S = (Q / √d_k) Kᵀ   (..., T_q, T_k)
-    if additive is not None:  # S_ij = -inf where j may not be attended (in place unless the mask has more dims)
-        fits = _broadcast(scores.shape, additive.shape) == tuple(scores.shape)
-        scores = scores.add_(additive) if fits else scores + additive
-    return _softmax_(scores)
-
-
-def _softmax_(scores: torch.Tensor) -> torch.Tensor:
-    """P = softmax(S) along the last dim, in place, from the scores S (-inf where masked)."""
-    p = scores.sub_(scores.amax(dim=-1, keepdim=True))  # S - max S <= 0: e^(S - max S) never overflows
-    p = p.exp_()  # e^(S - max S); exactly 0 where masked (e^-inf)
-    return p.div_(p.sum(dim=-1, keepdim=True))  # P = softmax(S), each row sums to 1
-
-
-def _prepare(query, key, value, scale):
-    """Q · scale (scaling Q is cheaper than scaling S), K and V made contiguous once, for all products."""
-    q = torch.mul(query, scale, out=query.new_empty(query.shape))  # (..., T_q, d_k)
-    return q, key.contiguous(), value.contiguous()  # (..., T_k, d_k), (..., T_k, d_v)
-
-
-def _scores_backward(g_s, q, key, scale):
-    """∂L/∂Q and ∂L/∂K from ∂L/∂S, for S = q Kᵀ and q = Q·scale."""
-    g_query = (g_s @ key).mul_(scale)  # ∂L/∂Q = scale · ∂L/∂S K   (..., T_q, d_k)
-    g_key = g_s.transpose(-2, -1) @ q  # ∂L/∂K = ∂L/∂Sᵀ (Q·scale)   (..., T_k, d_k)
-    return g_query, g_key
-
-
-def _block_backward(g_out, out, q, key, value, p, scale):
-    """∂L/∂(Q, K, V) of one block of :class:`_CausalAttention`, O = P V, P = softmax(S), S = scale · Q Kᵀ, from
-    G = ∂L/∂O alone; all (N, ·, ·) with N = B·h, so each product is one batched matrix product."""
-    g_value = torch.bmm(p.transpose(1, 2), g_out)  # ∂L/∂V = Pᵀ G   (N, T_k, d_v)
-    row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (N, T_q, 1)
-    # scale · ∂L/∂S = scale · P ⊙ (G Vᵀ - rowsum): the product, the shift and the scale in one baddbmm
-    g_s = torch.baddbmm(row, g_out, value.transpose(1, 2), beta=-scale, alpha=scale).mul_(p)  # (N, T_q, T_k)
-    g_query = torch.bmm(g_s, key)  # ∂L/∂Q = scale · ∂L/∂S K   (N, T_q, d_k)
-    g_key = torch.bmm(g_s.transpose(1, 2), q)  # ∂L/∂K = scale · ∂L/∂Sᵀ Q   (N, T_k, d_k)
-    return g_query, g_key, g_value
-
-
-def _attend(query, key, value, mask, scale, dropout, generator):
-    """The forward pass of :class:`_Attention`: ``(q, key, value, p, keep, out, weights)``, what its backward needs."""
-    q, key, value = _prepare(query, key, value, scale)
-    p = _softmax_weights(q, key, _additive(mask, q))  # P = softmax(S)   (..., T_q, T_k)
-    if mask is not None and not bool(mask.any(dim=-1).all()):  # only when some row has no allowed key:
-        p = p.masked_fill_(~mask.any(dim=-1, keepdim=True), 0.0)  # there P = 0 (instead of 0/0 = NaN)
-    weights, keep = p, None
+    if is_causal:
+        mask = causal_mask(T_q, T_k, device=query.device)  # query i sees keys j <= i + (T_k - T_q)
+    scores = (query @ key.transpose(-2, -1)) * scale  # S = Q Kᵀ · scale   (..., T_q, T_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # S_ij = -inf where key j may not be attended
+    weights = torch.softmax(scores, dim=-1)  # P = softmax(S), row by row
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # a row with no key: 0, not 0/0 = NaN
     if dropout > 0.0:
-        keep = torch.rand(p.shape, generator=generator, dtype=p.dtype, device=p.device) >= dropout
-        keep = keep.to(p.dtype).div_(1.0 - dropout)  # inverted dropout: E[A] = P
-        weights = p * keep
+        keep = torch.rand(weights.shape, generator=generator, dtype=weights.dtype, device=weights.device) >= dropout
+        weights = weights * keep / (1.0 - dropout)  # inverted dropout: E[A] = P
     out = weights @ value  # O = A V   (..., T_q, d_v)
-    return q, key, value, p, keep, out, weights
-
-
-class _Attention(torch.autograd.Function):
-    """The attention core with the backward pass derived by hand (chapters 1 and 2), one node for autograd.
-
-    Forward:  S = (Q·scale) Kᵀ, S_ij = -inf where masked,  P = softmax(S),  A = P (⊙ dropout keep / (1 - p)),
-              O = A V.
-    Backward, with G = ∂L/∂O (and ∂L/∂A from the returned weights, if used):
-              ∂L/∂V = Aᵀ G,   ∂L/∂A = G Vᵀ,   ∂L/∂P = ∂L/∂A (⊙ keep / (1 - p)),
-              ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P))       softmax's Jacobian (diag(P) - P Pᵀ), chapter 2,
-              ∂L/∂Q = scale · ∂L/∂S K,   ∂L/∂K = ∂L/∂Sᵀ (Q·scale).
-    rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O) when only O is used: a (T_q, d_v) product instead of a (T_q, T_k) one.
-    Masking and the softmax's steps work in place on the one (..., T_q, T_k) buffer of S, instead of a new buffer
-    for each step (the additive mask, when given, is one more buffer, of the boolean mask's shape; a mask with more
-    dims than S costs one copy of S).
-    """
-
-    @staticmethod
-    def forward(ctx, query, key, value, mask, scale, dropout, generator):
-        q, key_c, value_c, p, keep, out, weights = _attend(query, key, value, mask, scale, dropout, generator)
-        ctx.save_for_backward(q, key_c, value_c, p, keep, out)
-        ctx.scale, ctx.shapes = scale, (query.shape, key.shape, value.shape)
-        ctx.set_materialize_grads(False)  # g_weights stays None when the weights are not used
-        return out, weights
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g_out, g_weights):
-        q, key, value, p, keep, out = ctx.saved_tensors
-        weights = p if keep is None else p * keep
-        g_out = torch.zeros_like(out) if g_out is None else g_out.contiguous()  # G   (..., T_q, d_v)
-        g_value = weights.transpose(-2, -1) @ g_out  # ∂L/∂V = Aᵀ G   (..., T_k, d_v)
-        g_p = g_out @ value.transpose(-2, -1)  # ∂L/∂A = G Vᵀ   (..., T_q, T_k)
-        if g_weights is None:
-            row = (g_out * out).sum(dim=-1, keepdim=True)  # rowsum(∂L/∂P ⊙ P) = rowsum(G ⊙ O)   (..., T_q, 1)
-        else:
-            g_p = g_p + g_weights
-        if keep is not None:
-            g_p = g_p.mul_(keep)  # ∂L/∂P = ∂L/∂A ⊙ keep / (1 - p)
-        if g_weights is not None:
-            row = (g_p * p).sum(dim=-1, keepdim=True)
-        g_s = g_p.sub_(row).mul_(p)  # ∂L/∂S = P ⊙ (∂L/∂P - rowsum(∂L/∂P ⊙ P)); 0 where masked (P = 0)
-        g_query, g_key = _scores_backward(g_s, q, key, ctx.scale)
-        shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
-        return (g_query.sum_to_size(shape_q), g_key.sum_to_size(shape_k), g_value.sum_to_size(shape_v),
-                None, None, None, None)
-
-
-class _CausalAttention(torch.autograd.Function):
-    """:class:`_Attention` for a causal mask, without dropout and without returning the weights: the same numbers.
-
-    Queries 0 … m-1 (m = ⌊T/2⌋) may see only keys 0 … m-1, so their scores are computed against those keys alone,
-    and queries m … T-1 against all T keys: a quarter of the (T, T) score matrix, all of it masked, is never
-    computed, in the forward pass or the backward. (PyTorch's fused CPU kernel skips such blocks too.)
-    The heads are flattened into one batch dimension N = B·h, so that each product is one ``bmm``, and
-    ``baddbmm`` computes S + mask = scale · Q Kᵀ + mask in one call (the scaling and the mask
-    ride on the product instead of taking a pass of their own).
-    """
-
-    @staticmethod
-    def forward(ctx, query, key, value, additive, scale):
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])  # (B, h)
-        T, m = query.shape[-2], query.shape[-2] // 2
-        q, key_, value_ = (t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:]) for t in (query, key, value))
-        k_t, alpha = key_.transpose(1, 2), scale  # Kᵀ (N, d_k, T); additive: 0 / -inf   (T, T)
-        p1 = _softmax_(torch.baddbmm(additive[:m, :m], q[:, :m], k_t[..., :m], alpha=alpha))  # first half (N, m, m)
-        p2 = _softmax_(torch.baddbmm(additive[m:], q[:, m:], k_t, alpha=alpha))  # the rest, every key (N, T - m, T)
-        out = torch.cat((torch.bmm(p1, value_[:, :m]), torch.bmm(p2, value_)), dim=1)  # O = P V   (N, T, d_v)
-        ctx.save_for_backward(q, key_, value_, p1, p2, out)
-        ctx.scale, ctx.shapes = scale, (batch, query.shape, key.shape, value.shape)
-        return out.view(*batch, T, out.shape[-1])  # (B, h, T, d_v)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g_out):
-        q, key, value, p1, p2, out = ctx.saved_tensors
-        m = p1.shape[-1]
-        g_out = g_out.reshape(out.shape)  # G   (N, T, d_v)
-        first = (g_out[:, :m], out[:, :m], q[:, :m], key[:, :m], value[:, :m], p1)
-        g_q1, g_k1, g_v1 = _block_backward(*first, ctx.scale)
-        g_q2, g_key, g_value = _block_backward(g_out[:, m:], out[:, m:], q[:, m:], key, value, p2, ctx.scale)
-        g_key[:, :m] += g_k1  # the first m keys serve both halves of the queries
-        g_value[:, :m] += g_v1
-        batch, shape_q, shape_k, shape_v = ctx.shapes  # broadcast leading dims: sum the gradient back to each input
-        return (torch.cat((g_q1, g_q2), dim=1).view(*batch, *shape_q[-2:]).sum_to_size(shape_q),
-                g_key.view(*batch, *shape_k[-2:]).sum_to_size(shape_k),
-                g_value.view(*batch, *shape_v[-2:]).sum_to_size(shape_v), None, None)
+    return out, (weights if need_weights else None)
 
 
 def split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -406,16 +238,21 @@ class MultiHeadAttention(nn.Module):
                                                     is_causal=is_causal, need_weights=need_weights)
         return self.out_proj(merge_heads(out)), weights  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
 
-    def _attend_causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, need_weights: bool = False):
-        """:meth:`attend` with ``is_causal=True`` for a caller that checked the shapes once (the GPT's blocks)."""
-        p = self.dropout if self.training else 0.0
-        out, weights = _sdpa(q, k, v, None, None, p, None, True, need_weights)  # (B, h, T_q, d_k)
-        B, _, T_q, _ = out.shape
-        out = out.transpose(1, 2).reshape(B, T_q, self.d_model)  # merge_heads: concat(heads)   (B, T_q, C)
-        return self.out_proj(out), weights  # concat(heads) W_Oᵀ + b_O   (B, T_q, C)
-
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_head={self.n_head}, d_k={self.d_k}, dropout={self.dropout}"
+
+
+def _check_ids(idx: torch.Tensor, vocab_size: int) -> None:
+    """Token ids must be an integer tensor with values in [0, vocab_size).
+
+    The range is not read while ``torch.compile`` traces (reading it would split the graph); the trainer's ids come
+    from a checked corpus."""
+    if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise ValueError(f"idx must be an integer tensor of token ids, got "
+                         f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
+    if idx.numel() and not torch.compiler.is_compiling() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, vocab_size={vocab_size}), got values in "
+                         f"[{int(idx.min())}, {int(idx.max())}]")
 
 
 class Embedding(nn.Module):
@@ -428,15 +265,7 @@ class Embedding(nn.Module):
         self.weight = nn.Parameter(torch.randn(vocab_size, d_model))  # E (V, C), N(0, 1) as nn.Embedding
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        if not isinstance(idx, torch.Tensor) or idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-            raise ValueError(f"idx must be an integer tensor of token ids, got "
-                             f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
-        # (not while torch.compile traces: reading the ids' range would split its graph; the trainer's ids come
-        # from a checked corpus)
-        if idx.numel() and not torch.compiler.is_compiling() and (
-                int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
-            raise ValueError(f"token ids must lie in [0, vocab_size={self.vocab_size}), got values in "
-                             f"[{int(idx.min())}, {int(idx.max())}]")
+        _check_ids(idx, self.vocab_size)
         return self.weight[idx]  # row idx of E = one_hot(idx) E   (..., C)
 
     def extra_repr(self) -> str:

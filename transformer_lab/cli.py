@@ -416,6 +416,23 @@ BENCHMARKS = ("kernels", "components", "swap", "train_speed", "compile_startup",
               "profile_step", "allreduce", "redraw")  # in benchmarks/
 
 
+def benchmark_results(directory=None) -> list[tuple[str, str, float, str]]:
+    """The quoted ratio of each benchmark that saved one, in :data:`BENCHMARKS` order: ``(name, what the ratio
+    compares, the ratio, the machine)``, read from ``directory`` (default ``benchmarks/results``), ``NAME.json``."""
+    import json
+    from pathlib import Path
+
+    directory = Path(__file__).resolve().parent.parent / "benchmarks" / "results" if directory is None else directory
+    rows = []
+    for name in BENCHMARKS:
+        path = Path(directory) / f"{name}.json"
+        if path.is_file():
+            result = json.loads(path.read_text(encoding="utf-8"))
+            first, m = result["rows"][0], result["machine"]
+            rows.append((name, first["compares"], first["ratio"], f"{m['cpus']} CPUs, torch {m['torch']}"))
+    return rows
+
+
 def _bench(args: argparse.Namespace) -> int:
     import runpy
     from pathlib import Path

@@ -5,9 +5,10 @@
     x_{l+1} = x_{l+½} + MLP(LN(x_{l+½}))        our GELU MLP (ch. 4), dropout on its output inside
     logits = LN(x_L) Eᵀ                         the head tied to the embedding (ch. 1, 2)
 
-Generation (:meth:`GPT.generate`) keeps a key/value cache, so each new token costs one position's projections
-and MLP instead of the whole window's (its attention still reads all cached positions), and samples with
-chapter 2's temperature / top-k / top-p.
+The blocks use the chapters' modules in their fast form (:mod:`transformer_lab.fast`): the same parameters and
+numbers, fewer passes over memory. Generation (:meth:`GPT.generate`) keeps a key/value cache, so each new token
+costs one position's projections and MLP instead of the whole window's (its attention still reads all cached
+positions), and samples with chapter 2's temperature / top-k / top-p.
 """
 
 from __future__ import annotations
@@ -18,13 +19,8 @@ import torch
 from torch import nn
 
 from transformer_lab._checks import positive_int, shape_or_type
-from transformer_lab.attention import (
-    Embedding,
-    MultiHeadAttention,
-    tie_weights,
-)
-from transformer_lab.mlp import MLP
-from transformer_lab.norm import LayerNorm
+from transformer_lab.attention import Embedding, tie_weights
+from transformer_lab.fast import FastLayerNorm, FastMLP, FastMultiHeadAttention
 from transformer_lab.numerics import init_gpt_weights
 from transformer_lab.positional import LearnedPositions, apply_rope, sinusoidal_encoding
 from transformer_lab.regularization import dropout
@@ -74,18 +70,18 @@ class Block(nn.Module):
         super().__init__()
         c = config
         self.config = c
-        self.ln1 = LayerNorm(c.d_model, bias=c.bias)
-        self.attn = MultiHeadAttention(c.d_model, c.n_head, bias=c.bias, dropout=c.dropout)
-        self.ln2 = LayerNorm(c.d_model, bias=c.bias)
-        self.mlp = MLP(c.d_model, bias=c.bias, dropout=c.dropout, approximate=c.gelu)
+        self.ln1 = FastLayerNorm(c.d_model, bias=c.bias)
+        self.attn = FastMultiHeadAttention(c.d_model, c.n_head, bias=c.bias, dropout=c.dropout)
+        self.ln2 = FastLayerNorm(c.d_model, bias=c.bias)
+        self.mlp = FastMLP(c.d_model, bias=c.bias, dropout=c.dropout, approximate=c.gelu)
 
     def attention(self, h: torch.Tensor, *, positions: torch.Tensor, cache: list | None = None,
                   need_weights: bool = False):
         """Causal self-attention of h (B, T, C) at ``positions`` (T,), through an optional [K, V] cache.
 
         Chapter 1's module does the work (:meth:`~transformer_lab.attention.MultiHeadAttention.split_qkv`, then
-        :meth:`~transformer_lab.attention.MultiHeadAttention.attend`); between the two, RoPE rotates Q and K and
-        the cache prepends the keys and values of earlier positions.
+        :meth:`~transformer_lab.fast.FastMultiHeadAttention._attend_causal`); between the two, RoPE rotates Q and
+        K and the cache prepends the keys and values of earlier positions.
         """
         q, k, v = self.attn.split_qkv(h)  # (B, h, T, d_k) each
         if self.config.positions == "rope":
@@ -134,7 +130,7 @@ class GPT(nn.Module):
         if c.positions == "learned":
             self.pos_emb = LearnedPositions(c.block_size, c.d_model)  # P (T_max, C), learned (ch. 6)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
-        self.ln_f = LayerNorm(c.d_model, bias=c.bias)
+        self.ln_f = FastLayerNorm(c.d_model, bias=c.bias)
         self.head = LMHead(c.d_model, c.vocab_size)  # W (V, C) ...
         tie_weights(self.head, self.tok_emb)  # ... = E: one matrix embeds tokens and scores them
         init_gpt_weights(self, n_layer=c.n_layer)  # N(0, 0.02), residual projections / √(2L)

@@ -10,7 +10,8 @@
 
 Every rung before the last has no positional information at all; the three position rungs each add one choice
 to the layernorm rung, and each of them *is* a ``GPT``. Every rung is built from the package's components
-(``Embedding``, ``tie_weights``, ``LMHead``, ``MultiHeadAttention``, ``MLP``, ``LayerNorm``, ``GPT``), initialised
+(``Embedding``, ``tie_weights``, ``LMHead``, ``MultiHeadAttention``, ``MLP``, ``LayerNorm``, ``GPT``; the last
+three in their fast form, :mod:`transformer_lab.fast`, as the GPT uses them), initialised
 by ``init_gpt_weights``, and trained by :class:`~transformer_lab.train.Trainer` with one :class:`TrainConfig`
 and one seed, so that the rungs differ only in their architecture.
 """
@@ -27,13 +28,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transformer_lab.attention import Embedding, MultiHeadAttention, tie_weights
+from transformer_lab.attention import Embedding, tie_weights
 from transformer_lab.checkpoint import _atomic_write
 from transformer_lab.data import Corpus
+from transformer_lab.fast import FastLayerNorm, FastMLP, FastMultiHeadAttention
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.information import ngram_baselines_nats
-from transformer_lab.mlp import MLP
-from transformer_lab.norm import LayerNorm
 from transformer_lab.numerics import init_gpt_weights
 from transformer_lab.softmax import LMHead
 from transformer_lab.train import TrainConfig, Trainer, evaluate_loss
@@ -114,13 +114,13 @@ class RungBlock(nn.Module):
     def __init__(self, config: GPTConfig, rung: Rung):
         super().__init__()
         c, self.rung = config, rung
-        self.attn = MultiHeadAttention(c.d_model, rung.n_head, bias=c.bias)
+        self.attn = FastMultiHeadAttention(c.d_model, rung.n_head, bias=c.bias)
         if rung.mlp:
-            self.mlp = MLP(c.d_model, bias=c.bias, approximate=c.gelu)
+            self.mlp = FastMLP(c.d_model, bias=c.bias, approximate=c.gelu)
         if rung.layernorm:
-            self.ln1 = LayerNorm(c.d_model, bias=c.bias)
+            self.ln1 = FastLayerNorm(c.d_model, bias=c.bias)
             if rung.mlp:
-                self.ln2 = LayerNorm(c.d_model, bias=c.bias)
+                self.ln2 = FastLayerNorm(c.d_model, bias=c.bias)
 
     def _sublayer(self, x: torch.Tensor, f, ln: str) -> torch.Tensor:
         h = getattr(self, ln)(x) if self.rung.layernorm else x  # LN(x) or x
@@ -144,7 +144,7 @@ class RungModel(nn.Module):
         if rung.n_head:
             self.blocks = nn.ModuleList(RungBlock(config, rung) for _ in range(config.n_layer))
         if rung.layernorm:
-            self.ln_f = LayerNorm(config.d_model, bias=config.bias)
+            self.ln_f = FastLayerNorm(config.d_model, bias=config.bias)
         self.head = LMHead(config.d_model, config.vocab_size)
         tie_weights(self.head, self.tok_emb)  # z = x Eᵀ
         init_gpt_weights(self, n_layer=config.n_layer)

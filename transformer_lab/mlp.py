@@ -11,43 +11,8 @@ import torch
 from torch import nn
 
 from transformer_lab._checks import positive_int
-from transformer_lab.backprop import _GELU_C, _SATURATED, _SQRT_2_OVER_PI, gelu, gelu_backward, linear_backward
+from transformer_lab.backprop import gelu, gelu_backward, linear_backward
 from transformer_lab.regularization import dropout, dropout_mask
-
-
-def _sigmoid_2u(x: torch.Tensor) -> torch.Tensor:
-    """σ(2u) with 2u = 2√(2/π)(x + c x³) = x (a + a c x²): GELU's tanh form is x σ(2u)."""
-    a = 2.0 * _SQRT_2_OVER_PI
-    return torch.addcmul(x.new_tensor(a), x, x, value=a * _GELU_C).mul_(x).sigmoid_()
-
-
-class _TanhGELU(torch.autograd.Function):
-    """``gelu(x, "tanh")`` and its derivative, written with ½(1 + tanh u) = σ(2u) (one sigmoid, no tanh).
-
-    GELU(x) = ½ x (1 + tanh u) = x σ(2u),  u = √(2/π)(x + c x³);  GELU′(x) = σ(2u) + x σ(2u)(1 − σ(2u)) 2u′(x).
-    Same values and gradients as autograd through :func:`~transformer_lab.backprop.gelu`. Whether ``sigmoid`` beats
-    ``tanh`` depends on the CPU and on PyTorch's kernel set (``benchmarks/kernels.py`` measures it: faster under
-    the AVX2 and the portable kernels, slower under AVX-512's, on the machine that wrote this). The capstone
-    (chapter 8) calls it in every block. The backward
-    clamps x to ±10: beyond, σ(1 − σ) < 1e-37 (exactly 0 for x > 10, and for |x| > 10 in float16), so the clamp
-    changes GELU′ by less than 1e-35 (|GELU′(x)| < 3e-36 for x < −10), and float16 gives 0 or 1, not inf · 0 = NaN.
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        s = _sigmoid_2u(x)
-        ctx.save_for_backward(x, s)
-        return x * s  # x σ(2u)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable  # s was saved without a graph: no second derivative through it
-    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
-        x, s = ctx.saved_tensors
-        a = 2.0 * _SQRT_2_OVER_PI
-        xc = x.clamp(-_SATURATED, _SATURATED)  # beyond ±10, σ(1 − σ) < 1e-37: keeps x 2u′ finite in float16
-        d = torch.addcmul(x.new_tensor(a), xc, xc, value=3.0 * a * _GELU_C).mul_(xc)  # x 2u′ = x a(1 + 3c x²)
-        d = d.mul_(torch.addcmul(s, s, s, value=-1.0)).add_(s)  # σ + x 2u′ σ(1 − σ)
-        return d.mul_(g)
 
 
 class MLP(nn.Module):
@@ -77,14 +42,15 @@ class MLP(nn.Module):
     def _forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """:meth:`forward` without its check, for a model that checked its shapes once (the GPT's blocks)."""
         h = self.fc(x)  # (..., 4C)  h = x W₁ᵀ + b₁
-        if self.approximate == "tanh":  # (..., 4C)  a = GELU(h); without autograd when nothing needs a gradient
-            a = _TanhGELU.apply(h) if h.requires_grad else h * _sigmoid_2u(h)
-        else:
-            a = gelu(h, self.approximate)
+        a = self.activation(h)  # (..., 4C)  a = GELU(h)
         y = self.proj(a)  # (..., C)  y = a W₂ᵀ + b₂
         if not (self.training and self.p > 0.0):
             return y
         return dropout(y, self.p, training=True, generator=generator)
+
+    def activation(self, h: torch.Tensor) -> torch.Tensor:
+        """GELU(h), elementwise (:func:`~transformer_lab.backprop.gelu`, differentiated by autograd)."""
+        return gelu(h, self.approximate)
 
     def forward_with_cache(self, x: torch.Tensor, *, generator: torch.Generator | None = None):
         """The forward pass without autograd, returning ``(out, cache)`` for :meth:`backward`."""

@@ -37,8 +37,9 @@ from transformer_lab import distributed
 from transformer_lab._checks import positive_int
 from transformer_lab.data import Corpus, get_batch
 from transformer_lab.distributed import World
+from transformer_lab.fast import FastAdamW
 from transformer_lab.information import cross_entropy
-from transformer_lab.optim import AdamW, WarmupCosine, decay_groups
+from transformer_lab.optim import WarmupCosine, decay_groups
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ class Trainer:
     ``meta``: JSON-able facts stored in the checkpoint (e.g. the model config, under ``"config"``).
     ``compile=True`` runs the training forward with its loss (and so their backward) through ``torch.compile``, which
     fuses the components' small operations into a few generated kernels, and compiles the optimizer's update and the
-    gradient clipping too (:meth:`~transformer_lab.optim.AdamW.flatten_`): the same formulas, faster once compiled
+    gradient clipping too (:meth:`~transformer_lab.fast.FastAdamW.flatten_`): the same formulas, faster once compiled
     (the first step waits for the compiler, or reads its kernels from :func:`use_compile_cache`'s directory), and
     equal to the uncompiled run up to float round-off. :func:`compile_problem` tells whether this machine can compile.
 
@@ -227,7 +228,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)
         c = config
         # with clipping, the clipped norm already tells a non-finite gradient: AdamW need not check again
-        self.optimizer = AdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
+        self.optimizer = FastAdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
         # one tensor per group: the update in eight operations per group, not per tensor (one kernel when compiled)
         self.optimizer.flatten_(compile=compile)
