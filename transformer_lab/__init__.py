@@ -11,9 +11,10 @@
 | 7       | numerical analysis | norm, numerics, residual                     |
 | 8       | the mini-GPT       | gpt, reference, data, train, distributed, checkpoint, ladder, lens, cli |
 
-Cross-cutting: ``derivations`` (SymPy, one module per chapter), ``exercises`` (automatic checks, one module per
-chapter), ``grading`` (a submission graded in its own process), ``course`` (the nbgrader export), ``viz`` (plot
-style and interactive figures). Import submodules directly, e.g.
+Cross-cutting: ``fast`` (the mini-GPT's speed paths, explained on the back-matter page "Making the mini-GPT
+fast"), ``derivations`` (SymPy, one module per chapter), ``exercises`` (automatic checks, one module per chapter),
+``grading`` (a submission graded in its own process), ``course`` (the nbgrader export), ``viz`` (plot style and
+interactive figures). Import submodules directly, e.g.
 ``from transformer_lab.attention import scaled_dot_product_attention``.
 """
 
