@@ -2,7 +2,9 @@
 
 :func:`param_count` adds up the parameters of every part of :class:`transformer_lab.gpt.GPT` as SymPy terms;
 :func:`generation_cost` sums the positions a model processes to generate ``n`` tokens with and without a
-key/value cache; :func:`half_window_cost` does the same once the window is full and jumps by half a block. :func:`check` evaluates both against the real models.
+key/value cache; :func:`half_window_cost` does the same once the window is full and jumps by half a block.
+:func:`check` compares the parameter count with our GPT and the reference GPT on random shapes, and both costs
+with the same sums done directly in Python.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def half_window_cost() -> dict[str, sp.Expr]:
 
 
 def check(seed: int = 0) -> dict[str, float]:
-    """Largest |difference| between the formula, our GPT's count and the reference GPT's, over random shapes."""
+    """Largest |difference| between the formula, our GPT's count and the reference GPT's, over random shapes; and
+    between each generation cost and its sum done directly in Python (``window="half"``: one cycle, by its rule)."""
     from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.reference import ReferenceGPT
 
@@ -95,5 +98,15 @@ def check(seed: int = 0) -> dict[str, float]:
     ratio_err = max(abs(float(cost["ratio"].subs(n, k)) - sum(range(1, k + 1)) / k) for k in (1, 7, 500))
     pairs_err = max(abs(int(cost["pairs_without"].subs(n, k)) - sum(s * (s + 1) // 2 for s in range(1, k + 1)))
                     + abs(int(cost["pairs_with_cache"].subs(n, k)) - sum(range(1, k + 1))) for k in (1, 7, 500))
+    half = half_window_cost()
+    half_err = 0.0
+    for block in (2, 4, 32, 256):  # even block sizes T = 2m
+        m_ = block // 2
+        without = sum(range(m_ + 1, block + 1))  # each step of a cycle recomputes its window of m+1 .. 2m tokens
+        with_cache = (m_ + 1) + (m_ - 1)  # one re-fill of m + 1 positions, then m - 1 single positions
+        half_err = max(half_err, abs(int(half["without"].subs(T, block)) - without)
+                       + abs(int(half["with_cache"].subs(T, block)) - with_cache)
+                       + abs(float(half["ratio"].subs(T, block)) - without / with_cache))
     return {"formula vs ours": float(worst_ours), "ours vs reference": float(worst_ref),
-            "cache ratio vs direct sum": ratio_err, "attention pairs vs direct sum": float(pairs_err)}
+            "cache ratio vs direct sum": ratio_err, "attention pairs vs direct sum": float(pairs_err),
+            "half-window cycle vs direct sum": half_err}
