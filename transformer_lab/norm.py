@@ -1,7 +1,8 @@
 """Layer normalisation (chapter 7, numerical analysis).
 
-LayerNorm rescales each token's vector to mean 0 and variance ``sigma^2 / (sigma^2 + eps)`` (1 up to eps) over its
-``C`` features, then applies a learned per-feature scale ``weight`` (gamma) and shift ``bias`` (beta):
+LayerNorm normalises each token's vector over its ``C`` features to ``\\hat x``, with mean 0 and variance
+``sigma^2 / (sigma^2 + eps)`` (1 up to eps), then applies a learned per-feature scale ``weight`` (gamma) and shift
+``bias`` (beta):
 
     y = (x - mu) / sqrt(sigma^2 + eps) * gamma + beta,
     mu = mean(x), sigma^2 = mean((x - mu)^2)     (population variance, over the last dimension)

@@ -2,10 +2,10 @@
 
 * :func:`dot_product_variance` -- ``Var(q . k) = d_k sigma_q^2 sigma_k^2``, hence the factor ``1/sqrt(d_k)``;
 * :func:`logsumexp_shift` -- ``log sum e^{z_i} = m + log sum e^{z_i - m}`` for any ``m``, and its gradient;
-* :func:`layer_norm_properties` -- LayerNorm's output has mean 0 and variance ``sigma^2 / (sigma^2 + eps)``, and
-  is invariant to the input's scale and shift;
-* :func:`layer_norm_jacobian` -- ``dy/dx = r (I - 11^T/C - \\hat x \\hat x^T / C)`` for ``C = n`` features, the
-  backward pass the code uses.
+* :func:`layer_norm_properties` -- LayerNorm's normalised value ``\\hat x`` (before ``gamma`` and ``beta``) has
+  mean 0 and variance ``sigma^2 / (sigma^2 + eps)``, and is invariant to the input's scale and shift (at ``eps = 0``);
+* :func:`layer_norm_jacobian` -- ``d\\hat x/dx = r (I - 11^T/C - \\hat x \\hat x^T / C)`` for ``C = n`` features
+  (with ``gamma``, ``dy/dx = diag(gamma) d\\hat x/dx``), the backward pass the fast version writes by hand.
 
 :func:`check` lambdifies the results and returns the largest disagreements with ``transformer_lab`` and PyTorch.
 """
@@ -108,8 +108,8 @@ def layer_norm_properties(n: int = 4) -> dict[str, sp.Expr]:
 
 def layer_norm_jacobian(n: int = 3) -> dict[str, sp.Matrix]:
     """``J = d\\hat x / dx`` by brute-force differentiation, and the closed form ``r (I - 11^T/C - \\hat x \\hat x^T/C)``
-    (``C = n`` features) with ``r = 1/sqrt(sigma^2 + eps)``; their difference simplifies to the zero matrix. Also ``J x = 0``:
-    the gradient of a scale-invariant function is orthogonal to its input."""
+    (``C = n`` features) with ``r = 1/sqrt(sigma^2 + eps)``; their difference simplifies to the zero matrix. Also
+    ``J x = 0`` at eps = 0: the gradient of a scale-invariant function is orthogonal to its input."""
     x, gamma, beta, eps, y = layer_norm_expr(n)
     unit = {**{g: 1 for g in gamma}, **{b: 0 for b in beta}}
     xhat = sp.Matrix([yi.subs(unit) for yi in y])
