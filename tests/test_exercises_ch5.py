@@ -246,7 +246,7 @@ def _bigram_unigram(text):
     return -sum(c / len(text) * math.log2(c / len(text)) for c in counts.values())
 
 
-def _bigram_circular(text):  # reads the text as a circle, like the package's ngram_entropy
+def _bigram_circular(text):  # reads the text as a circle, like the package's ngram_entropy_bits
     return bigram_entropy(text + text[0])
 
 
@@ -429,7 +429,7 @@ CATALOGUE = {
             (_bigram_unigram, ["bits/char"]),
             (lambda text: "1.0", ["should be a number"]),
             (_bigram_circular, ["bits/char", "expected", "as a circle", "don't wrap around"]),
-            (lambda text: info.ngram_entropy(text, 2), ["information.ngram_entropy", "don't wrap around"]),
+            (lambda text: info.ngram_entropy_bits(text, 2), ["information.ngram_entropy_bits", "don't wrap around"]),
             (_bigram_all_first_chars, ["bits/char", "over the pairs' first characters", "starts no pair"]),
             (lambda text: float("nan"), ["got nan bits/char"]),
             (_bigram_len_text, ["number of pairs, len(text) - 1"]),

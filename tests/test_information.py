@@ -293,9 +293,8 @@ def test_cross_entropy_of_minus_inf_logits_matches_pytorch():
 
 # ---------------------------------------------------------------- n-gram estimates
 def test_ngram_functions_name_their_unit():
-    assert info.ngram_entropy is info.ngram_entropy_bits
-    assert info.ngram_cross_entropy is info.ngram_cross_entropy_bits
-    assert info.ngram_baselines is info.ngram_baselines_nats
+    for alias in ("ngram_entropy", "ngram_cross_entropy", "ngram_baselines"):  # no unit-less names
+        assert not hasattr(info, alias)
     text = "abcabcabcabd" * 30
     plug_in_bits = info.ngram_entropy_bits(text, 1)
     kn_nats = info.KneserNey(text, 1).cross_entropy(text)  # unigram KN on its own text: close to the plug-in
@@ -304,11 +303,11 @@ def test_ngram_functions_name_their_unit():
 
 
 def test_ngram_entropy_known_values():
-    assert info.ngram_entropy("abab" * 50, 1) == pytest.approx(1.0)
-    assert info.ngram_entropy("abab" * 50, 2) == pytest.approx(0.0)  # b always follows a
-    assert info.ngram_entropy("aaaa", 1) == 0.0
+    assert info.ngram_entropy_bits("abab" * 50, 1) == pytest.approx(1.0)
+    assert info.ngram_entropy_bits("abab" * 50, 2) == pytest.approx(0.0)  # b always follows a
+    assert info.ngram_entropy_bits("aaaa", 1) == 0.0
     text = "the quick brown fox jumps over the lazy dog " * 20
-    H = [info.ngram_entropy(text, n) for n in (1, 2, 3, 4)]
+    H = [info.ngram_entropy_bits(text, n) for n in (1, 2, 3, 4)]
     assert all(a >= b - 1e-12 for a, b in itertools.pairwise(H))  # conditioning never increases entropy
 
 
@@ -323,16 +322,16 @@ def test_ngram_entropy_matches_direct_count():
             ctx[gram[:-1]] += c
         N = sum(grams.values())
         direct = -sum(c / N * math.log2(c / ctx[g[:-1]]) for g, c in grams.items())
-        assert info.ngram_entropy(text, n) == pytest.approx(direct, abs=1e-12)
+        assert info.ngram_entropy_bits(text, n) == pytest.approx(direct, abs=1e-12)
 
 
 def test_ngram_cross_entropy_and_plug_in_entropy():
     train = "abcabcabcabd" * 30
-    assert info.ngram_cross_entropy(train, train, 1, alpha=1e-9) == pytest.approx(info.ngram_entropy(train, 1),
-                                                                                  abs=1e-6)
-    unseen = info.ngram_cross_entropy(train, "xyz", 1)
-    assert unseen > info.ngram_cross_entropy(train, "abc", 1)
-    plug_in = [info.ngram_entropy(train, n) for n in (1, 2, 3)]
+    assert info.ngram_cross_entropy_bits(train, train, 1, alpha=1e-9) == pytest.approx(
+        info.ngram_entropy_bits(train, 1), abs=1e-6)
+    unseen = info.ngram_cross_entropy_bits(train, "xyz", 1)
+    assert unseen > info.ngram_cross_entropy_bits(train, "abc", 1)
+    plug_in = [info.ngram_entropy_bits(train, n) for n in (1, 2, 3)]
     assert plug_in[0] >= plug_in[1] >= plug_in[2]
 
 
@@ -344,7 +343,7 @@ def test_ngram_counts_by_hand():
     assert c_h.tolist() == [2, 1]  # a starts two training bigrams, b one
     alpha = 0.5  # the add-α model built from these counts
     want = -(math.log2((2 + alpha) / (2 + 3 * alpha)) + math.log2((0 + alpha) / (1 + 3 * alpha))) / 2
-    assert info.ngram_cross_entropy("abab", "abz", 2, alpha=alpha) == pytest.approx(want, abs=1e-15)
+    assert info.ngram_cross_entropy_bits("abab", "abz", 2, alpha=alpha) == pytest.approx(want, abs=1e-15)
 
 
 # ---------------------------------------------------------------- bad input
@@ -410,17 +409,17 @@ def test_scalar_helpers_bad_input():
 
 def test_ngram_bad_input():
     with pytest.raises(ValueError, match="integer >= 1"):
-        info.ngram_entropy("abc", 0)
+        info.ngram_entropy_bits("abc", 0)
     with pytest.raises(ValueError, match="integer >= 1"):
-        info.ngram_entropy("abc", 1.5)
+        info.ngram_entropy_bits("abc", 1.5)
     with pytest.raises(ValueError, match="at least n=4"):
-        info.ngram_entropy("abc", 4)
+        info.ngram_entropy_bits("abc", 4)
     with pytest.raises(ValueError, match="must be a str"):
-        info.ngram_entropy(["a", "b"], 1)
+        info.ngram_entropy_bits(["a", "b"], 1)
     with pytest.raises(ValueError, match="too large"):
-        info.ngram_entropy("".join(map(chr, range(40, 140))) * 3, 12)
+        info.ngram_entropy_bits("".join(map(chr, range(40, 140))) * 3, 12)
     with pytest.raises(ValueError, match="alpha must be > 0"):
-        info.ngram_cross_entropy("abc", "abc", 1, alpha=0)
+        info.ngram_cross_entropy_bits("abc", "abc", 1, alpha=0)
 
 
 # ---------------------------------------------------------------- the Kneser–Ney baseline
@@ -456,7 +455,7 @@ def test_kneser_ney_hand_computation():
     np.testing.assert_allclose(m.distribution(""), [1 / 3] * 3, rtol=1e-15)
     expected = -(math.log(1 / 3) + math.log(5 / 6) + 2 * math.log(2 / 3)) / 4  # "abca": a | -, b | a, c | b, a | c
     assert m.cross_entropy("abca") == pytest.approx(expected, abs=1e-15)
-    assert info.ngram_baselines("abcab", (2,), held_out="abca", discount=0.5)[2] == pytest.approx(expected,
+    assert info.ngram_baselines_nats("abcab", (2,), held_out="abca", discount=0.5)[2] == pytest.approx(expected,
                                                                                                     abs=1e-15)
 
 
@@ -494,8 +493,8 @@ def test_ngram_baselines_on_the_corpus_beat_add_alpha():
     from transformer_lab.data import load_corpus
     corpus = load_corpus()
     train, val = corpus.text[:len(corpus.train)], corpus.text[len(corpus.train):]
-    bits = {n: v / math.log(2) for n, v in info.ngram_baselines(train, (1, 3, 5), held_out=val).items()}
-    add_alpha = {n: info.ngram_cross_entropy(train, val, n) for n in (1, 3, 5)}
+    bits = {n: v / math.log(2) for n, v in info.ngram_baselines_nats(train, (1, 3, 5), held_out=val).items()}
+    add_alpha = {n: info.ngram_cross_entropy_bits(train, val, n) for n in (1, 3, 5)}
     assert 2.2 < bits[5] < 2.47 < add_alpha[5]  # KN 5-gram ≈ 2.32 bits; add-0.1 ≈ 2.62 bits
     assert bits[1] > bits[3] > bits[5]
     for n in (1, 3):  # at n <= 3 the two smoothings agree to ~0.01 bit (n = 2 ≈ 0.002, not computed here)
@@ -508,7 +507,7 @@ def test_ngram_baselines_bad_input():
     with pytest.raises(ValueError, match="alphabet"):
         info.KneserNey("abc", 2).cross_entropy("abz")
     with pytest.raises(ValueError, match="orders"):
-        info.ngram_baselines("abcabc", (0,))
+        info.ngram_baselines_nats("abcabc", (0,))
     with pytest.raises(ValueError, match="str"):
-        info.ngram_baselines(["a"], (1,))
-    assert set(info.ngram_baselines("abcabcabcd" * 10, (1, 2))) == {1, 2}  # default split 90 / 10
+        info.ngram_baselines_nats(["a"], (1,))
+    assert set(info.ngram_baselines_nats("abcabcabcd" * 10, (1, 2))) == {1, 2}  # default split 90 / 10

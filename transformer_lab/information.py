@@ -2,9 +2,7 @@
 
 All quantities are in **nats** (natural logarithms), the unit of the training loss, except where a function's
 name says bits: ``bits_per_char`` and the n-gram estimates ending in ``_bits`` return bits per character, the unit
-of the literature on the entropy of text. Each n-gram function names its unit (``ngram_entropy`` and
-``ngram_cross_entropy`` are the same functions as their ``_bits`` names, and ``ngram_baselines`` is
-``ngram_baselines_nats``).
+of the literature on the entropy of text. Each n-gram function names its unit.
 Distributions live on the last dimension by default; ``0 · log 0 = 0`` throughout (``torch.special.xlogy``).
 
 * ``entropy(p)``                      H(p)     = -Σ_i p_i log p_i
@@ -110,21 +108,28 @@ def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
     return shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
 
 
+def _check_target_range(targets: torch.Tensor, keep: torch.Tensor, V: int, ignore_index: int) -> None:
+    """ValueError unless every kept target id lies in [0, V)."""
+    # Skipped while torch.compile traces: reading the ids' range would split its graph. An id out of range then
+    # fails inductor's own bounds check (a RuntimeError on a CPU, a device-side assert on CUDA).
+    if torch.compiler.is_compiling():
+        return
+    bad = keep & ((targets < 0) | (targets >= V))
+    if bad.any():
+        raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found "
+                         f"{targets[bad][0].item()}")
+
+
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100,
                   reduction: str = "mean") -> torch.Tensor:
     """The language-model loss in nats: -log softmax(z)_y = LSE(z) - z_y per token, from raw logits.
 
     logits (N, V) or (B, T, V); targets (N,) or (B, T) integer class ids in [0, V) or ``ignore_index`` (those
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
-    or "none" (shape of ``targets``, 0 where ignored). Stable for any finite logits; a -inf logit at the target
-    gives inf, a row of all -inf logits NaN (no distribution), as ``F.cross_entropy`` does. Computed as PyTorch does,
-    log Σ_j e^{z_j - m} - (z_y - m) with m = max_j z_j, so it equals ``F.cross_entropy`` to rounding for logits in
-    [-inf, inf), even with a large common offset or near-ties (a +inf logit elsewhere in the row gives inf here,
-    NaN there). Half-precision logits (float16, bfloat16) are computed in float32 and the result is returned in the
-    input's dtype, so the loss equals ``F.cross_entropy(logits.float(), targets)`` rounded once to that dtype.
-    Inside ``torch.compile`` the targets' range is not read (it would split the graph): an id outside [0, V) then
-    fails inductor's own bounds check instead of this function's ``ValueError`` (on a CPU a ``RuntimeError``
-    "index out of bounds", on CUDA a device-side assert).
+    or "none" (shape of ``targets``, 0 where ignored). Computed as log Σ_j e^{z_j - m} - (z_y - m) with
+    m = max_j z_j, so it is stable for any finite logits. A -inf logit at the target gives inf, a row of all -inf
+    logits NaN (no distribution), as ``F.cross_entropy`` does. Half-precision logits are computed in float32 and
+    the loss is rounded once to the input's dtype.
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")
@@ -138,14 +143,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
                          f"{tuple(logits.shape)}, got {tuple(targets.shape)}")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    V = logits.shape[-1]
     keep = targets != ignore_index  # (N,) or (B, T)
-    bad = keep & ((targets < 0) | (targets >= V))
-    # (not while torch.compile traces: reading the ids' range would split its graph; the trainer's targets come
-    # from a checked corpus)
-    if not torch.compiler.is_compiling() and bad.any():
-        raise ValueError(f"targets must lie in [0, {V}) or equal ignore_index={ignore_index}; found "
-                         f"{targets[bad][0].item()}")
+    _check_target_range(targets, keep, logits.shape[-1], ignore_index)
     safe = torch.where(keep, targets, torch.zeros_like(targets))  # any valid id; masked out below
     out_dtype = logits.dtype
     if logits.dtype in (torch.float16, torch.bfloat16):
@@ -418,10 +417,3 @@ def ngram_baselines_nats(text: str, orders=(1, 2, 3, 5), *, held_out: str | None
     return {n: KneserNey(text, n, alphabet=alphabet, discount=discount, _raw=raw).cross_entropy(held_out)
             for n in orders}
 
-
-ngram_entropy = ngram_entropy_bits
-"""The same function as :func:`ngram_entropy_bits`: bits per character."""
-ngram_cross_entropy = ngram_cross_entropy_bits
-"""The same function as :func:`ngram_cross_entropy_bits`: bits per character."""
-ngram_baselines = ngram_baselines_nats
-"""The same function as :func:`ngram_baselines_nats`: nats per character."""

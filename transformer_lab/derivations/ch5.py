@@ -271,6 +271,11 @@ def check(seed: int = 0) -> dict[str, float]:
     ours_hpq = info.distribution_cross_entropy(p, q)
     torch_hpq = F.cross_entropy(q.log(), p, reduction="none")  # soft targets: -Σ p log softmax(log q)
     torch_kl = F.kl_div(q.log(), p, reduction="none").sum(-1)
+    # Gibbs: the random pairs plus near pairs q = p(1 + 1e-4 noise), renormalised, where KL ~ 1e-9 is small
+    # enough that a sign error or a rounding-sized slip would show (own generator: the other rows keep theirs)
+    noise = torch.randn(N, n, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    q_near = p * (1 + 1e-4 * noise)
+    p_gibbs, q_gibbs = torch.cat([p, p]), torch.cat([q, q_near / q_near.sum(-1, keepdim=True)])
     out = {
         "H(p,q): sympy vs ours": _relative(sym_hpq, ours_hpq),
         "H(p,q): ours vs F.cross_entropy(soft)": _relative(ours_hpq, torch_hpq),
@@ -278,7 +283,7 @@ def check(seed: int = 0) -> dict[str, float]:
         "H(p): sympy vs ours": _relative(sym_hp, info.entropy(p)),
         "KL: sympy vs ours": _relative(sym_kl, info.kl_divergence(p, q)),
         "KL: ours vs F.kl_div": _relative(info.kl_divergence(p, q), torch_kl),
-        "Gibbs: largest negative KL (absolute)": max(0.0, -info.kl_divergence(p, q).min().item()),
+        "Gibbs: largest negative KL (absolute)": max(0.0, -info.kl_divergence(p_gibbs, q_gibbs).min().item()),
     }
     # cross-entropy from logits, ordinary (std 3), extreme (std 1e4) and offset logits: values and gradients.
     # Offset: std 3 around a common 1e4, with a constant row and a near-tie row; SymPy's side is evaluated on

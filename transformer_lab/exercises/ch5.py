@@ -309,8 +309,9 @@ def _bigram_slips(text) -> list:
                           "averaged over the contexts"),
             (all_chars, " — count c(a) over the pairs' first characters, c(a) = Σ_b c(a, b), not over all "
                         "characters: the last character starts no pair"),
-            (info.ngram_entropy(text, 2), " — that is information.ngram_entropy(text, 2), which reads the text "
-                                          "as a circle: don't wrap around, count only the len(text) - 1 pairs")]
+            (info.ngram_entropy_bits(text, 2), " — that is information.ngram_entropy_bits(text, 2), which reads the "
+                                               "text as a circle: don't wrap around, count only the len(text) - 1 "
+                                               "pairs")]
 
 
 def _compare_float_with(slips: list):
