@@ -1,5 +1,5 @@
 """Chapter 1 derivations: identities proved on general symbols, and the SymPy gradient of attention against
-autograd through the package's hand-written backward pass."""
+autograd through the package's scaled_dot_product_attention."""
 
 import pytest
 import sympy as sp
