@@ -189,7 +189,8 @@ def check(seed: int = 0) -> dict[str, float]:
     # RoPE: ours vs the complex-number reference (x_{2i} + i x_{2i+1}) · e^{i m ω_i}
     B, h, T, dk = 2, 3, 10, 8
     x = torch.randn(B, h, T, dk, generator=gen, dtype=torch.float64)
-    angle = torch.arange(T, dtype=torch.float64)[:, None] * pos_mod.sinusoidal_frequencies(dk, dtype=torch.float64)
+    omega = base ** (-torch.arange(0, dk, 2, dtype=torch.float64) / dk)  # ω_i from the formula, not from the package
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * omega
     ref = torch.view_as_real(torch.view_as_complex(x.reshape(B, h, T, dk // 2, 2).contiguous())
                              * torch.polar(torch.ones_like(angle), angle)).flatten(-2)
     out["RoPE: ours vs complex reference"] = _relative(pos_mod.apply_rope(x), ref)
