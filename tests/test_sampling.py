@@ -283,3 +283,17 @@ def test_temperature_below_the_dtypes_range_is_argmax_not_nan(dtype):
     z = filter_logits(torch.tensor([0.5, 1.0, -2.0], dtype=dtype), temperature=1e-300)
     assert z.tolist() == [-math.inf, 0.0, -math.inf]
     assert int(sample(torch.tensor([0.5, 1.0, -2.0], dtype=dtype), temperature=1e-300)) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_temperature_beyond_the_dtypes_range_is_uniform_over_finite_logits(dtype):
+    """τ = 1e39 rounds to inf in float32: a -inf logit divided by it was -inf / inf = NaN."""
+    temperature = 1.7e308 if dtype == torch.float64 else 1e39  # float64: its largest; the quotients underflow
+    logits = torch.tensor([2.0, 1.0, -math.inf], dtype=dtype)
+    z = filter_logits(logits, temperature=temperature)
+    assert not torch.isnan(z).any()
+    assert z[2].item() == -math.inf
+    probs = torch.softmax(z.double(), dim=-1)
+    assert torch.allclose(probs, torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
+    draws = sample(logits, temperature=temperature, generator=torch.Generator().manual_seed(0), num_samples=1000)
+    assert set(draws.tolist()) == {0, 1}

@@ -73,8 +73,10 @@ def _filter(logits, temperature, top_k, top_p) -> torch.Tensor:
         m = logits.amax(dim=-1, keepdim=True)  # the row maximum   (..., 1)
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # an all -inf or +inf row is left to sample
         # (z - max z) / τ <= 0: cannot overflow; the maximum is set to 0 exactly, since a τ below the dtype's
-        # smallest number rounds to 0 there and 0 / 0 would be NaN   (..., V)
+        # smallest number rounds to 0 there and 0 / 0 would be NaN; a -inf logit stays -inf, since a τ beyond
+        # the dtype's range rounds to inf and -inf / inf would be NaN   (..., V)
         z = torch.where(logits == m, 0.0, (logits - m) / temperature)
+        z = torch.where(torch.isneginf(logits), logits, z)
     if top_k is not None and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]  # the k-th largest logit   (..., 1)
         z = z.masked_fill(z < kth, float("-inf"))  # keep z_i >= z_(k)
