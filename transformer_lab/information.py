@@ -128,8 +128,10 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
     tokens contribute nothing and are left out of the mean). ``reduction``: "mean" (over kept tokens), "sum",
     or "none" (shape of ``targets``, 0 where ignored). Computed as log Σ_j e^{z_j - m} - (z_y - m) with
     m = max_j z_j, so it is stable for any finite logits. A -inf logit at the target gives inf, a row of all -inf
-    logits NaN (no distribution), as ``F.cross_entropy`` does. Half-precision logits are computed in float32 and
-    the loss is rounded once to the input's dtype.
+    logits NaN (no distribution), as ``F.cross_entropy`` does: there the shift uses m = 0, the sum of
+    exponentials is 0, and log Σ_j e^{z_j} - z_y = -inf - (-inf). A +inf logit away from the target gives inf
+    here and NaN in PyTorch. float16 and bfloat16 keep too few bits for a sum of thousands of exponentials, so
+    half-precision logits are computed in float32 and the loss is rounded once to the input's dtype.
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point torch.Tensor")
@@ -173,7 +175,10 @@ def perplexity(loss) -> torch.Tensor | float:
 def bits_per_char(loss_nats, *, chars_per_token: float = 1.0) -> torch.Tensor | float:
     """Bits per character from a mean loss in nats per token: L / (ln 2 · chars_per_token).
 
-    For a character-level model (the book's capstone) ``chars_per_token = 1``.
+    For a character-level model (the book's capstone) ``chars_per_token = 1``. Bits per character times the
+    length of a text is its compressed size (within 2 bits) only when the loss conditions every character on all
+    of the text before it; the capstone's validation loss restarts its context at each fixed-length window, so
+    for it the link is approximate.
     """
     if not chars_per_token > 0:
         raise ValueError(f"chars_per_token must be > 0, got {chars_per_token}")
