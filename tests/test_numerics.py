@@ -236,3 +236,16 @@ def test_every_component_reports_a_bad_count_in_the_same_words():
             with pytest.raises(ValueError, match=r"must be a positive integer, got"):
                 build(bad)
     assert GPTConfig(d_model=np.int64(8), n_head=np.int64(2)).d_model.__class__ is int  # stored as a Python int
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_softmax_saturation_query_gradient_matches_autograd(scaled):
+    d_k, n_keys, n_queries, s = 16, 8, 5, 3
+    r = softmax_saturation(d_k, n_keys=n_keys, n_queries=n_queries, scaled=scaled, seed=s)
+    g = torch.Generator().manual_seed(s)  # the same draws, in the same order: q, k, then the upstream gradient
+    q = torch.randn(n_queries, d_k, generator=g, dtype=torch.float64).requires_grad_()
+    k = torch.randn(n_keys, d_k, generator=g, dtype=torch.float64)
+    upstream = torch.randn(n_queries, n_keys, generator=g, dtype=torch.float64)
+    p = torch.softmax(q @ k.T * (score_scale(d_k) if scaled else 1.0), dim=-1)
+    (grad_q,) = torch.autograd.grad((p * upstream).sum(), q)
+    torch.testing.assert_close(r["query_grad_norm"], grad_q.norm(dim=-1), **TOL64)

@@ -73,9 +73,12 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
                        seed: int = 0) -> dict[str, torch.Tensor]:
     """Attention of random unit-variance queries over random keys, with or without the 1/sqrt(d_k) scale.
 
-    Returns per-query ``max_weight`` (the largest attention weight), ``entropy`` (nats) and ``grad_norm``
-    (the Frobenius norm of the softmax Jacobian diag(p) - p p^T, which goes to 0 as the softmax saturates),
-    each (n_queries,), and ``scores`` (n_queries, n_keys). The entropy of p = softmax(s) is taken from the scores,
+    Returns per-query ``max_weight`` (the largest attention weight), ``entropy`` (nats), ``grad_norm``
+    (the Frobenius norm of the softmax Jacobian diag(p) - p p^T with respect to the scores, which goes to 0 as the
+    softmax saturates) and ``query_grad_norm`` (the norm of dL/dq = c K^T J g for an upstream gradient g on the
+    weights with N(0, 1) entries, c the score scale: what reaches the query), each (n_queries,), and ``scores``
+    (n_queries, n_keys). g is drawn after q and k, so the other outputs do not depend on it, and scaled and unscaled
+    calls with the same seed share q, k and g. The entropy of p = softmax(s) is taken from the scores,
     H(p) = -sum_i p_i (s_i - LSE(s)) = LSE(s) - sum_i p_i s_i, with this chapter's log-sum-exp.
     """
     if not isinstance(n_keys, int) or n_keys < 2:
@@ -88,7 +91,11 @@ def softmax_saturation(d_k: int, *, n_keys: int = 64, n_queries: int = 512, scal
     # ||diag(p) - p p^T||_F, formed explicitly: the expanded sum of powers of p cancels when p is one-hot
     grad_norm = torch.linalg.matrix_norm(softmax_jacobian(p))
     entropy = logsumexp(scores, dim=-1) - (p * scores).sum(-1)  # H(p) = LSE(s) - p . s   (N,)
-    return {"max_weight": p.amax(-1), "entropy": entropy, "grad_norm": grad_norm, "scores": scores}
+    upstream = torch.randn(n_queries, n_keys, generator=g, dtype=torch.float64)  # dL/dp   (N, n)
+    score_grad = (softmax_jacobian(p) @ upstream[..., None])[..., 0]  # dL/ds = J g (J symmetric)   (N, n)
+    query_grad = score_grad @ k * (score_scale(d_k) if scaled else 1.0)  # dL/dq = c K^T dL/ds   (N, d_k)
+    return {"max_weight": p.amax(-1), "entropy": entropy, "grad_norm": grad_norm,
+            "query_grad_norm": torch.linalg.vector_norm(query_grad, dim=-1), "scores": scores}
 
 
 def _is_layer_norm(m: nn.Module) -> bool:
