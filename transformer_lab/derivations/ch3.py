@@ -164,10 +164,10 @@ def schedule_closed_form() -> dict[str, object]:
     """η(s) of WarmupCosine as a SymPy Piecewise on integer steps s. The ramp gives η_max at s = w − 1, the
     cosine η_max at s = w (the peak is held two steps); the ramp's formula at s = w would give η_max(1 + 1/w), so
     as a function of a real s the schedule jumps at w. The cosine is flat (η′ = 0) at both of its ends and its
-    mean over [w, S] is (max + min)/2, S the total number of steps."""
+    mean over [w, N_steps] is (max + min)/2, N_steps the total number of steps."""
     s = sp.Symbol("s", nonnegative=True)
     lr_max, lr_min = sp.symbols("eta_max eta_min", positive=True)
-    w, n = sp.symbols("w S", positive=True)  # warm-up and total steps (T is the sequence length elsewhere)
+    w, n = sp.symbols("w N_\\text{steps}", positive=True)  # warm-up and total steps (S and T mean other things)
     ramp = lr_max * (s + 1) / w
     cosine = lr_min + (lr_max - lr_min) * (1 + sp.cos(sp.pi * (s - w) / (n - w))) / 2
     lr = sp.Piecewise((ramp, s < w), (cosine, s <= n), (lr_min, True))
