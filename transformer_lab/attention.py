@@ -222,8 +222,8 @@ class MultiHeadAttention(nn.Module):
     def split_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Self-attention's queries, keys and values of x (B, T, C), each (B, h, T, d_k), from one product.
 
-        [Q K V] = X [W_Qᵀ W_Kᵀ W_Vᵀ]; unbind + transpose = split + :func:`split_heads`, and autograd gathers the
-        three gradients with one copy.
+        [Q K V] = X [W_Q W_K W_V] = X · in_proj.weightᵀ; unbind + transpose = split + :func:`split_heads`, and
+        autograd gathers the three gradients with one copy.
         """
         B, T, _ = x.shape
         qkv = self.in_proj(x).view(B, T, 3, self.n_head, self.d_k)  # (B, T, 3, h, d_k)
