@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from test_optim import batches, tiny_model, train_step  # the same small model the plain AdamW trains
 from torch import nn
 
 from transformer_lab.attention import MultiHeadAttention, scaled_dot_product_attention
@@ -238,26 +239,6 @@ def test_gpt_blocks_are_built_from_the_fast_modules():
 
 
 # ------------------------------------------------------------------ AdamW: plain = chunked = flat = torch
-def tiny_model(seed=0):
-    """A real small model: embedding → LayerNorm → our MLP block → LayerNorm → head (2 layers + norms)."""
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Embedding(11, 8), nn.LayerNorm(8), MLP(8, 32), nn.LayerNorm(8), nn.Linear(8, 11))
-    return model.double()
-
-
-def batches(n, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randint(0, 11, (4, 6), generator=g), torch.randint(0, 11, (4, 6), generator=g))
-            for _ in range(n)]
-
-
-def train_step(model, opt, x, y):
-    opt.zero_grad()
-    logits = model(x)
-    loss = nn.functional.cross_entropy(logits.reshape(-1, 11), y.reshape(-1))
-    loss.backward()
-    opt.step()
-    return loss.item()
 
 
 def test_adamw_plain_equals_chunked_equals_flat_equals_torch():
