@@ -5,8 +5,10 @@ one to the other both ways, the Chinese prose is drawn with a CJK font, search f
 the build's own lines are Chinese, and both editions show the same code outputs and figures (one execution).
 """
 
+import html
 import re
 
+import i18n  # tools/i18n.py (tests/conftest.py puts tools/ on the path)
 import pytest
 from test_site import (  # noqa: F401  (fixtures)
     CJK_FONTS,
@@ -98,3 +100,19 @@ def test_sidebar_captions_and_page_lines_are_chinese():
     assert slides and (ZH / "chapters" / slides.group(1)).resolve() == HTML / "slides" / "01-linear-algebra.html"
     assert (HTML / "slides" / "01-linear-algebra.html").is_file()
     assert '<p class="tl-downloads">下载本章' in html
+
+
+def _display_equations(html: str) -> int:
+    """The display equations MathJax typesets on a page (``test_site.py`` checks that each one is typeset)."""
+    return len(re.findall(r'<div class="[^"]*\bmath\b[^"]*">\s*\\\[', html))
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_display_equation_survives_translation(path):
+    en, zh = ((root / path).read_text(encoding="utf8") for root in (HTML, ZH))
+    assert not re.search(r"<p>\s*::\s*</p>", zh), f"{path}: a translated equation became the paragraph '::'"
+    assert _display_equations(zh) == _display_equations(en), f"{path}: the editions show different equations"
+    translated = [m.string for m in i18n.catalogue(path.removesuffix(".html")) if m.id and m.string
+                  and i18n.is_math(m.id) and not m.fuzzy and m.string != m.id]
+    missing = [t for t in translated if html.escape(t.strip(), quote=False) not in zh]
+    assert not missing, f"{path}: equations whose Chinese labels are not on the page: {missing[:2]}"

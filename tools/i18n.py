@@ -319,9 +319,42 @@ def _renumber_transform():
     return Renumber
 
 
+def _display_math_transform():
+    from docutils import nodes
+    from sphinx.locale import init as init_locale
+    from sphinx.transforms import SphinxTransform
+    from sphinx.util.i18n import docname_to_domain
+
+    class TranslateDisplayMath(SphinxTransform):
+        """Before ``Locale`` (priority 20): write each display equation's translation into the node itself and mark
+        the node done. ``Locale`` re-parses a translated literal node as the reST literal ``'::' + indent(msgstr)``,
+        which MyST reads as a paragraph "::": every equation with a translated ``\\text{}`` label would be lost."""
+
+        default_priority = 19
+
+        def apply(self, **kwargs) -> None:
+            if not self.config.language or self.config.language == "en":
+                return
+            dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
+            domain = docname_to_domain(self.env.docname, self.config.gettext_compact)
+            catalog, found = init_locale(dirs, self.config.language, domain)
+            if not found:
+                return
+            for node in self.document.findall(nodes.math_block):
+                msgstr = catalog.gettext(node.rawsource or node.astext())
+                if msgstr != node.astext():
+                    node[:] = [nodes.Text(msgstr)]
+                    node.rawsource = msgstr
+                node["translatable"] = False
+
+    return TranslateDisplayMath
+
+
 def setup(app) -> dict:
-    """Sphinx extension (``_config.yml``'s local_extensions): sentences with new numbers keep their translation."""
+    """Sphinx extension (``_config.yml``'s local_extensions): sentences with new numbers keep their translation,
+    and translated display equations stay equations."""
     app.add_transform(_renumber_transform())
+    app.add_transform(_display_math_transform())
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
