@@ -124,7 +124,27 @@ def check_page_renders(page, url):
     for fig in page.locator(".tl-fig").all():
         assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1, "a figure must show exactly one frame"
     assert page.locator("script[type='application/vnd.jupyter.widget-view+json']").count() == 0
+    page.set_viewport_size(PHONE)
+    page.wait_for_timeout(300)  # site.js marks wide formulas 200 ms after a resize
+    assert page.evaluate(TOO_WIDE_FOR_PHONE) == [], f"{url} is wider than a {PHONE['width']} px phone"
     assert not page.console_errors, f"console errors on {url}: {page.console_errors}"
+
+
+# On a phone the page itself never scrolls sideways: what is wider than the screen (an element reaching past it
+# with no scrolling box around it) is listed with its width.
+TOO_WIDE_FOR_PHONE = """() => {
+  const W = document.documentElement.clientWidth, bad = [];
+  if (document.documentElement.scrollWidth <= W + 1) return bad;
+  for (const e of document.querySelectorAll('body *')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width || r.right <= W + 1) continue;
+    let scroller = false;
+    for (let p = e.parentElement; p && !scroller; p = p.parentElement)
+      scroller = ['auto', 'scroll', 'hidden'].includes(getComputedStyle(p).overflowX);
+    if (!scroller) bad.push(`${e.tagName.toLowerCase()} "${(e.textContent || '').trim().slice(0, 40)}" to ${Math.round(r.right)} px`);
+  }
+  return bad.length ? bad.slice(0, 4) : [`the page is ${document.documentElement.scrollWidth} px wide`];
+}"""
 
 
 def check_sliders_change_the_frame(page, url):
