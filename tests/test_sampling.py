@@ -71,6 +71,14 @@ def test_filter_keeps_the_right_tokens(kwargs, expected_kept):
     torch.testing.assert_close(z[kept], expected, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("p", [1e-300, 1e-46, 1e-40])
+def test_a_tiny_top_p_keeps_the_top_token(dtype, p):
+    """A p below float32's range rounds to 0 in the comparison; the most probable token is still kept."""
+    z = filter_logits(LOGITS.to(dtype), top_p=p)
+    assert torch.isfinite(z).nonzero().reshape(-1).tolist() == [0]
+
+
 def test_top_p_keeps_the_smallest_set_reaching_p():
     g = torch.Generator().manual_seed(0)
     z = torch.randn(50, 30, generator=g, dtype=torch.float64) * 2

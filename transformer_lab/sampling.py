@@ -84,7 +84,8 @@ def _filter(logits, temperature, top_k, top_p) -> torch.Tensor:
         sorted_z, order = torch.sort(z, dim=-1, descending=True)  # (..., V)
         probs = softmax(sorted_z, dim=-1)  # p_(1) >= p_(2) >= ...
         before = torch.cumsum(probs, dim=-1) - probs  # mass of the tokens ranked above this one
-        drop_sorted = before >= top_p  # drop once the tokens above already reach p (the first is always kept)
+        drop_sorted = before >= top_p  # drop once the tokens above already reach p
+        drop_sorted[..., 0] = False  # the first is always kept (a top_p below float32's range rounds to 0)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
         z = z.masked_fill(drop, float("-inf"))
     return z
