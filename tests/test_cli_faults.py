@@ -102,6 +102,7 @@ TRAIN_BAD = {
     "negative seed": ({}, ("--seed", "-1"), "seed must be an int"),
     "huge seed": ({}, ("--seed", str(2**64)), "seed must be an int"),
     "zero threads": ({}, ("--threads", "0"), "--threads must be a positive integer"),
+    "absurd threads": ({}, ("--threads", "100000"), "--threads must be at most"),
     "not a number": ({}, ("--lr", "fast"), "invalid float value"),
     "unknown option": ({}, ("--speed", "9"), "unrecognized arguments"),
     "unknown positions": ({}, ("--positions", "alibi"), "invalid choice"),
@@ -111,6 +112,14 @@ TRAIN_BAD = {
     "out exists": (dict(out="good.json"), (), "exists; pass --resume"),
     "resume of nothing": (dict(out="nothing.json"), ("--resume",), "cannot resume: no checkpoint at"),
 }
+
+
+@pytest.mark.parametrize("out", ["", ".", "/", "adir/.."])
+@pytest.mark.parametrize("command", ["train", "ladder"])
+def test_an_out_that_names_no_file_is_one_error_line(world, capsys, monkeypatch, command, out):
+    monkeypatch.chdir(world)
+    argv = _train(world)[:3] + TINY if command == "train" else ["ladder", "--max-iters", "1", "--quiet"]
+    _fails_cleanly([*argv, "--out", out], world, capsys, "names a folder, not a file")
 
 
 @pytest.mark.parametrize("case", list(TRAIN_BAD))
@@ -227,6 +236,17 @@ def test_sample_bad_input(world, capsys, case):
     checkpoint = str(world / (value if flag == "--checkpoint" else "good.json"))
     argv = ["sample", "--tokens", "5", "--checkpoint", checkpoint] + ([] if flag == "--checkpoint" else [flag, value])
     _fails_cleanly(argv, world, capsys, words)
+
+
+@pytest.mark.parametrize("checkpoint", ["", ".", "/"])
+@pytest.mark.parametrize("command", ["sample", "inspect"])
+def test_a_checkpoint_that_names_no_file_is_blamed_on_checkpoint(world, capsys, command, checkpoint):
+    _fails_cleanly([command, "--checkpoint", checkpoint], world, capsys, "--checkpoint:", "names a folder")
+
+
+def test_a_tiny_top_p_samples_the_top_token(world, capsys):
+    assert cli.main(["sample", "--checkpoint", str(world / "good.json"), "--tokens", "3", "--top-p", "1e-300"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_sample_at_a_tiny_temperature_is_argmax_in_float16(world, capsys):

@@ -154,6 +154,15 @@ def test_cli_ladder_bad_input(argv, words, capsys):
     assert err.startswith("error:") and words in err and "Traceback" not in err
 
 
+def test_cli_ladder_replaces_a_table_only_with_force(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ladder, "run_ladder", lambda *a, **k: pytest.fail("trained before refusing"))
+    assert cli.main(["ladder", "--max-iters", "1"]) == 2  # the default --out: the table shipped in the package
+    assert "pass --force" in capsys.readouterr().err
+    (tmp_path / "t.json").write_text("{}")
+    assert cli.main(["ladder", "--max-iters", "1", "--out", str(tmp_path / "t.json")]) == 2
+    assert (tmp_path / "t.json").read_text() == "{}"
+
+
 def test_cli_ladder_out_is_a_directory(tmp_path, capsys):
     (tmp_path / "d.json").mkdir()
     assert cli.main(["ladder", "--out", str(tmp_path / "d.json"), "--max-iters", "1"]) == 2

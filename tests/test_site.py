@@ -141,7 +141,8 @@ TOO_WIDE_FOR_PHONE = """() => {
     let scroller = false;
     for (let p = e.parentElement; p && !scroller; p = p.parentElement)
       scroller = ['auto', 'scroll', 'hidden'].includes(getComputedStyle(p).overflowX);
-    if (!scroller) bad.push(`${e.tagName.toLowerCase()} "${(e.textContent || '').trim().slice(0, 40)}" to ${Math.round(r.right)} px`);
+    const text = (e.textContent || '').trim().slice(0, 40);
+    if (!scroller) bad.push(`${e.tagName.toLowerCase()} "${text}" to ${Math.round(r.right)} px`);
   }
   return bad.length ? bad.slice(0, 4) : [`the page is ${document.documentElement.scrollWidth} px wide`];
 }"""

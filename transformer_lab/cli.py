@@ -144,9 +144,25 @@ def _check_text_file(text: str | None) -> str | None:
     return None
 
 
+def _check_threads(threads: int | None) -> str | None:
+    """``--threads``: at least 1 and at most four per core (torch cannot start 100,000 threads; it crashes)."""
+    most = 4 * (os.cpu_count() or 1)
+    if threads is not None and threads > most:
+        return f"--threads must be at most {most} (four per core on this machine), got {threads}"
+    return _positive("threads", threads)
+
+
+def _check_checkpoint(path: str | None) -> str | None:
+    if path is not None and Path(path).name in ("", ".", ".."):
+        return f"--checkpoint: {path!r} names a folder, not a file; give a checkpoint NAME.json"
+    return None
+
+
 def _check_out(out: str) -> str | None:
     from transformer_lab.checkpoint import json_path
 
+    if Path(out).name in ("", ".", ".."):
+        return f"--out: {out!r} names a folder, not a file; give a checkpoint file name such as DIR/mini-gpt.json"
     jpath = json_path(out)
     if Path(out).is_dir() or jpath.is_dir():
         return f"--out: {Path(out) if Path(out).is_dir() else jpath} is a directory; give a checkpoint file name " \
@@ -186,7 +202,7 @@ def _train(args: argparse.Namespace) -> int:
     from transformer_lab.gpt import GPTConfig
     from transformer_lab.train import TrainConfig, check_corpus
 
-    problem = (_positive("threads", args.threads) or _check_text_file(args.text) or _check_out(args.out))
+    problem = (_check_threads(args.threads) or _check_text_file(args.text) or _check_out(args.out))
     if problem:
         return _fail(problem)
     try:
@@ -399,6 +415,8 @@ def _sample(args: argparse.Namespace) -> int:
         return _fail(f"--seed must be an integer from 0 to 2**63 - 2, got {args.seed}")
     if not args.prompt:
         return _fail("--prompt must hold at least one character")
+    if problem := _check_checkpoint(args.checkpoint):
+        return _fail(problem)
     try:
         device = distributed.pick_device(args.device)
         model, tok, _ = load_model(args.checkpoint, device)
@@ -473,7 +491,10 @@ def _ladder(args: argparse.Namespace) -> int:
     from transformer_lab.checkpoint import json_path
     from transformer_lab.data import load_corpus
 
-    problem = _positive("max_iters", args.max_iters) or _positive("threads", args.threads) or _check_out(args.out)
+    problem = _positive("max_iters", args.max_iters) or _check_threads(args.threads) or _check_out(args.out)
+    if not problem and json_path(args.out).exists() and not args.force:
+        problem = (f"--out: {json_path(args.out)} exists (by default the table that ships with the package); pass "
+                   "--force to replace it, or --out NEW.json")
     if problem:
         return _fail(problem)
     torch.set_num_threads(args.threads)
@@ -496,6 +517,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         return _fail(f"--top must be an integer >= 1, got {args.top}")
+    if problem := _check_checkpoint(args.checkpoint):
+        return _fail(problem)
     try:
         model, tok, _ = load_model(args.checkpoint)
         reading = read(model, tok, args.prompt)
@@ -614,6 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(TABLE), help="the table's JSON file (default: the one shipped in the package)")
     p.add_argument("--max-iters", type=int, default=FULL.max_iters,
                    help="optimizer steps per rung (default %(default)s, the full budget)")
+    p.add_argument("--force", action="store_true", help="replace the table at --out if it exists")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: reproducible numbers)")
     p.add_argument("--quiet", action="store_true", help="no line per rung while training")
     p.set_defaults(func=_ladder)
