@@ -5,6 +5,7 @@ record is refused before anything is touched, and random damage to the JSON or t
 import base64
 import contextlib
 import json
+import shutil
 import math
 import pickle
 from dataclasses import replace
@@ -76,6 +77,18 @@ def test_a_save_removes_its_own_earlier_tensor_files(tmp_path):
         ckpt.save(tmp_path / "m.json", model=model, meta={"config": {}, "k": k})
     assert [p.name for p in tmp_path.glob("m.*.safetensors")] == [json.loads((tmp_path / "m.json").read_text())[
         "weights"]]
+
+
+def test_a_copy_of_the_json_keeps_its_weights_when_the_original_is_saved_again(tmp_path):
+    model, _ = _setup()
+    ckpt.save(tmp_path / "a.json", model=model, meta={"config": {}})
+    shutil.copy(tmp_path / "a.json", tmp_path / "backup.json")  # cp a.json backup.json
+    for k in range(2):  # the next saves of a.json (a resumed run, or --force)
+        with torch.no_grad():
+            model.tok_emb.weight.add_(1.0)
+        ckpt.save(tmp_path / "a.json", model=model, meta={"config": {}, "k": k})
+    ckpt.read(tmp_path / "backup.json")  # used to fail: a.json's save deleted the weights the copy names
+    assert len(list(tmp_path.glob("a.*.safetensors"))) == 2  # the copy's and the latest; the one between is gone
 
 
 # ------------------------------------------------------------------ bug 2: divergence never overwrites a good save

@@ -171,11 +171,27 @@ def save(path: str | Path, *, model: torch.nn.Module, meta: dict[str, Any],
         if new_file:
             wpath.unlink(missing_ok=True)
         raise
-    own = _own_weights(jpath)
+    own, kept = _own_weights(jpath), _named_beside(jpath)
     for old in jpath.parent.glob(f"{glob_escape(jpath.stem)}.*.safetensors"):  # earlier saves of this checkpoint
-        if old.name != wname and own.fullmatch(old.name):
+        if old.name != wname and own.fullmatch(old.name) and old.name not in kept:
             old.unlink(missing_ok=True)
     return jpath
+
+
+def _named_beside(jpath: Path) -> set[str]:
+    """The weights files that the other JSON files beside ``jpath`` name: a copy of a checkpoint's JSON
+    (``cp a.json backup.json``) keeps its weights when ``a.json`` is saved again."""
+    names = set()
+    for other in jpath.parent.glob("*.json"):
+        try:
+            if other.name == jpath.name or other.stat().st_size > MAX_JSON_BYTES:
+                continue
+            record = json.loads(other.read_bytes())
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("weights"), str):
+            names.add(record["weights"])
+    return names
 
 
 def glob_escape(name: str) -> str:
@@ -233,8 +249,9 @@ def read(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[dict[
                               f"records {record['weights_sha256'][:16]}...")
     try:
         tensors = load_file(wpath, device=str(torch.device(device)))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{wpath} is not a readable safetensors file: {exc}") from exc
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:  # RuntimeError: replaced while read
+        raise CheckpointError(f"{wpath} is not a readable safetensors file (if a run is saving it, try again): "
+                              f"{exc}") from exc
     return record, tensors
 
 
