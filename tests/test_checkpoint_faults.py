@@ -5,9 +5,9 @@ record is refused before anything is touched, and random damage to the JSON or t
 import base64
 import contextlib
 import json
-import shutil
 import math
 import pickle
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
