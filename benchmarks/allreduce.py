@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_out, default_corpus, recipe_models, stack, time_steps, write_result
+from common import add_out, default_corpus, positive, recipe_models, stack, time_steps, write_result
 
 
 def _free_port() -> int:
@@ -65,9 +65,9 @@ def _worker(rank: int, world: int, port: int, args, queue) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=12)
+    parser.add_argument("--rounds", type=positive, default=5)
+    parser.add_argument("--steps", type=positive, default=5)
+    parser.add_argument("--batch-size", type=positive, default=12)
     add_out(parser, "allreduce")
     args = parser.parse_args()
     if args.rounds < 1 or args.steps < 1 or args.batch_size < 1:

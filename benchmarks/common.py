@@ -24,6 +24,17 @@ from transformer_lab.reference import ReferenceGPT
 RESULTS = Path(__file__).resolve().parent / "results"  # one JSON file per benchmark, read by the book's fast page
 
 
+def positive(text: str) -> int:
+    """An argparse type: a count (steps, rounds, threads, ...) of at least 1, else a clear usage error."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
 def add_out(ap: argparse.ArgumentParser, name: str) -> None:
     """The ``--out`` option: where the benchmark writes its ratios (default ``results/NAME.json``; ``-``: nowhere)."""
     ap.add_argument("--out", default=str(RESULTS / f"{name}.json"),
@@ -139,11 +150,11 @@ def step_parser(doc: str, name: str, *, steps: int, rounds: int) -> argparse.Arg
     rounds."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     add_out(ap, name)
-    ap.add_argument("--steps", type=int, default=steps, help="training steps per timed round")
-    ap.add_argument("--rounds", type=int, default=rounds, help="alternating rounds per variant")
-    ap.add_argument("--batch-size", type=int, default=12)
-    ap.add_argument("--block-size", type=int, default=64)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch thread counts (default 1 2)")
+    ap.add_argument("--steps", type=positive, default=steps, help="training steps per timed round")
+    ap.add_argument("--rounds", type=positive, default=rounds, help="alternating rounds per variant")
+    ap.add_argument("--batch-size", type=positive, default=12)
+    ap.add_argument("--block-size", type=positive, default=64)
+    ap.add_argument("--threads", type=positive, nargs="+", default=[1, 2], help="torch thread counts (default 1 2)")
     ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time instead of wall time")
     return ap
 

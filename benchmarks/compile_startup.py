@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_out, write_result
+from common import add_out, positive, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,8 +40,8 @@ def timed_train(flags: list[str], cache: str, out: str, args) -> float:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-iters", type=int, default=4, help="training steps in each run")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-iters", type=positive, default=4, help="training steps in each run")
+    ap.add_argument("--threads", type=positive, default=1)
     add_out(ap, "compile_startup")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_out, recipe_models, stack, write_result
+from common import add_out, positive, recipe_models, stack, write_result
 
 from transformer_lab.fast import fast_attention, fast_gelu, fast_layer_norm
 from transformer_lab.information import cross_entropy
@@ -95,9 +95,9 @@ def mean_us(fn, number: int) -> float:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--number", type=int, default=50, help="calls per round")
+    ap.add_argument("--threads", type=positive, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=positive, default=9)
+    ap.add_argument("--number", type=positive, default=50, help="calls per round")
     add_out(ap, "components")
     args = ap.parse_args(argv)
     out = {}

@@ -19,16 +19,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_out, write_result
+from common import add_out, positive, write_result
 
 from transformer_lab.cli import load_model
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=500)
+    ap.add_argument("--tokens", type=positive, default=500)
     ap.add_argument("--checkpoint", default=None)
-    ap.add_argument("--repeat", type=int, default=3, help="alternating repeats; the best of each is kept")
+    ap.add_argument("--repeat", type=positive, default=3, help="alternating repeats; the best of each is kept")
     ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts to measure")
     add_out(ap, "generate_speed")
     args = ap.parse_args(argv)

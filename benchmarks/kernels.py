@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_out, write_result
+from common import add_out, positive, write_result
 
 from transformer_lab.attention import _broadcast
 
@@ -70,7 +70,7 @@ def pairs() -> dict[str, tuple]:
 
 def main(argv=None) -> dict[str, float]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=positive, default=1)
     add_out(ap, "kernels")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

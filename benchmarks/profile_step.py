@@ -19,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import clip, default_corpus, recipe_models, stack
+from common import clip, default_corpus, positive, recipe_models, stack
 
 from transformer_lab.data import get_batch
 
@@ -45,10 +45,10 @@ def step_fn(model, kind: str, data: torch.Tensor, generator: torch.Generator):
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=5, help="profiled steps per round and model")
-    ap.add_argument("--top", type=int, default=20, help="operators to list")
-    ap.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
+    ap.add_argument("--rounds", type=positive, default=6)
+    ap.add_argument("--steps", type=positive, default=5, help="profiled steps per round and model")
+    ap.add_argument("--top", type=positive, default=20, help="operators to list")
+    ap.add_argument("--threads", type=positive, default=1, help="torch's intra-op threads")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     corpus = default_corpus()

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import clip, default_corpus, recipe_models, stack
+from common import clip, default_corpus, positive, recipe_models, stack
 
 from transformer_lab.data import get_batch
 from transformer_lab.optim import WarmupCosine
@@ -61,8 +61,8 @@ class Run:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--max-iters", type=int, default=2000)
-    ap.add_argument("--block", type=int, default=100, help="steps per alternating block")
+    ap.add_argument("--max-iters", type=positive, default=2000)
+    ap.add_argument("--block", type=positive, default=100, help="steps per alternating block")
     ap.add_argument("--eager", action="store_true", help="train ours eagerly (--no-compile) instead")
     ap.add_argument("--skip-reference", action="store_true")
     args = ap.parse_args(argv)

@@ -298,8 +298,19 @@ def test_a_submission_that_does_not_load_is_graded_with_the_reason(tmp_path, cap
 def test_bench_bad_input(tmp_path, capsys):
     _fails_cleanly(["bench", "nosuch"], tmp_path, capsys, "invalid choice")
     _fails_cleanly(["bench", "kernels", "--threads", "many"], tmp_path, capsys, "bench kernels:",
-                   "invalid int value")
+                   "expected a positive integer, got 'many'")
     _fails_cleanly(["bench", "kernels", "--bogus"], tmp_path, capsys, "unrecognized arguments")
+
+
+@pytest.mark.parametrize("argv", [["swap", "--rounds", "-1"], ["swap", "--steps", "0"],
+                                  ["train_speed", "--threads", "0"], ["components", "--number", "0"],
+                                  ["recipe", "--block", "0"],
+                                  ["recipe", "--max-iters", "0"], ["generate_speed", "--tokens", "-5"],
+                                  ["generate_speed", "--repeat", "0"], ["profile_step", "--top", "0"],
+                                  ["allreduce", "--rounds", "0"], ["compile_startup", "--max-iters", "0"]])
+def test_bench_counts_below_one_are_refused_before_any_work(tmp_path, capsys, argv):
+    _fails_cleanly(["bench", argv[0], "--", *argv[1:]], tmp_path, capsys, f"bench {argv[0]}:",
+                   "expected a positive integer")
 
 
 def test_no_command_and_unknown_command(tmp_path, capsys):
