@@ -131,6 +131,30 @@ def test_killed_anywhere_the_last_checkpoint_loads_and_resume_matches(text, tmp_
     print(f"crash test: {kills} kills at steps {steps}, {time.perf_counter() - t0:.1f} s")
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_end_with_one_line_and_leave_nothing_behind(text, tmp_path, sig):
+    out = tmp_path / "run.json"
+    proc = _start(_argv(text, out, resume=False))
+    evals = 2  # after the second evaluation and save
+    while evals and (line := proc.stdout.readline()):
+        evals -= line.startswith("step")
+    proc.send_signal(sig)
+    _, err = proc.communicate()
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal arrived")
+    assert proc.returncode == 130, err
+    assert err.count("\n") == 1 and err.startswith("interrupted at step"), err
+    assert f"the checkpoint {out} at step" in err and "add --resume to continue it" in err
+    step = _last_good(out)
+    leftovers = sorted(p.name for p in tmp_path.iterdir())
+    assert leftovers == sorted(["run.json", json.loads(out.read_text())["weights"]]), leftovers  # no lock, no .tmp
+    if sig == signal.SIGINT:
+        return  # the rest is the same for both
+    proc = _start(_argv(text, out, resume=True))
+    said, err = proc.communicate()
+    assert proc.returncode == 0 and f"resuming {out} at step {step} " in said, err
+
+
 # ------------------------------------------------------------------ the lock file, in-process
 TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
         "--max-iters", "2", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet", "--no-compile",

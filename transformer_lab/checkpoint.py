@@ -458,7 +458,8 @@ class Lock:
                 elif pid == os.getpid() or _pid_alive(pid):
                     raise CheckpointError(
                         f"{self.checkpoint} is being written by another trainer (pid {pid}; lock file "
-                        f"{self.path}); wait for it to finish, or pick another --out") from None
+                        f"{self.path}); wait for it to finish, or pick another --out. If no trainer is running "
+                        f"(pid {pid} is now another program), delete {self.path}") from None
                 self.took_over = pid if pid is not None else 0
                 self.path.unlink(missing_ok=True)
                 continue

@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 MAX_ANSWERS_BYTES = 2**20  # an answers file is a few kB of Python
@@ -233,10 +235,31 @@ def _train(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if args.compile:
         args.compile = _can_compile(device, world)
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # SIGTERM acts as Ctrl-C does
     try:
         return _train_ranked(args, tc, mc, corpus, world, device, precision)
+    except KeyboardInterrupt:  # before training began (building, compiling, resuming): the lock is released
+        print(f"interrupted before the first step; {_kept(Path(args.out))}", file=sys.stderr)
+        return 130
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         distributed.shutdown()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _kept(out: Path) -> str:
+    """What an interrupted run leaves: the checkpoint's step and how to continue, or that there is none."""
+    from transformer_lab import checkpoint as ckpt
+
+    out = ckpt.json_path(out)
+    if not _readable(out):
+        return "no checkpoint was saved"
+    return f"the checkpoint {out} at step {ckpt.read(out)[0]['step']} is kept; add --resume to continue it"
 
 
 def _can_compile(device, world) -> bool:
@@ -330,6 +353,9 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
     except TrainingDiverged as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interrupted at step {trainer.step}; {_kept(out)}", file=sys.stderr)
+        return 130
     except RuntimeError as exc:
         if world.size == 1:
             raise
