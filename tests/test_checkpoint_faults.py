@@ -149,6 +149,9 @@ def test_nan_weight_decay_and_clip_are_refused(field):
     (lambda r: r.update(weights=None), "'weights' must be"),
     (lambda r: r.update(weights_sha256=5), "'weights_sha256' must be"),
     (lambda r: r.update(config=[1, 2]), "'config' must be"),
+    (lambda r: r["config"].update(bias="no"), "bias must be true or false"),
+    (lambda r: r.update(version=1.0), "checkpoint version 1.0"),
+    (lambda r: r.update(version=True), "checkpoint version True"),
 ])
 def test_load_model_refuses_a_damaged_record_with_checkpoint_error(saved, tmp_path, change, words):
     path = _copy(saved, tmp_path)
@@ -157,6 +160,16 @@ def test_load_model_refuses_a_damaged_record_with_checkpoint_error(saved, tmp_pa
     path.write_text(json.dumps(record))
     with pytest.raises(ckpt.CheckpointError, match=words):
         load_model(path)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float16, torch.bfloat16, torch.float64])
+def test_weights_of_another_dtype_are_refused(saved, tmp_path, dtype):
+    _, tensors = ckpt.read(_copy(saved, tmp_path))
+    name = next(iter(tensors))
+    tensors[name] = tensors[name].to(dtype)
+    with pytest.raises(ckpt.CheckpointError, match=f"is {dtype}; a checkpoint holds float32 weights"):
+        ckpt.check_model_state({k.removeprefix("model."): tuple(v.shape) for k, v in tensors.items()
+                                if k.startswith("model.")}, tensors)
 
 
 # ------------------------------------------------------------------ bug 6: resume checks the whole record first
@@ -177,6 +190,11 @@ DAMAGE = {
     "optimizer step count": (lambda r: r["optimizer"]["scalars"]["ln_f.weight"]["step"].update(value=99),
                              "step count"),
     "optimizer group": (lambda r: r["optimizer"]["param_groups"][0].update(lr="fast"), "setting 'lr'"),
+    "negative eps": (lambda r: r["optimizer"]["param_groups"][0].update(eps=-1), "setting 'eps' is -1"),
+    "betas above one": (lambda r: r["optimizer"]["param_groups"][0].update(betas=[5, 7]), "setting 'betas'"),
+    "absurd weight decay": (lambda r: r["optimizer"]["param_groups"][0].update(weight_decay=1e300),
+                            "setting 'weight_decay'"),
+    "another precision": (lambda r: r.update(precision="bfloat16"), "resume with --dtype bfloat16"),
     "optimizer not an object": (lambda r: r.update(optimizer=[]), "'optimizer' entry"),
 }
 

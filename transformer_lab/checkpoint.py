@@ -223,7 +223,7 @@ def read(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[dict[
         raise CheckpointError(f"{jpath} cannot be read: {exc}") from exc
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise CheckpointError(f"{jpath} is not a transformer_lab checkpoint (its 'format' is not {FORMAT!r})")
-    if record.get("version") != VERSION:
+    if type(record.get("version")) is not int or record["version"] != VERSION:  # not 1.0, not true
         raise CheckpointError(f"{jpath} has checkpoint version {record.get('version')!r}; this code reads {VERSION}")
     for key in ("weights", "weights_sha256", "config"):
         if key not in record:
@@ -294,9 +294,10 @@ def check_model_state(want: dict[str, tuple[int, ...]], tensors: dict[str, torch
             parts.append("shape mismatch " + "; ".join(shapes[:5]))
         raise CheckpointError(f"{source} does not match the model: " + ", ".join(parts))
     for k, v in got.items():
-        if v.dtype == torch.bool or v.is_complex() or (v.is_floating_point() and not bool(torch.isfinite(v).all())):
-            raise CheckpointError(f"{source}: tensor {k} is {v.dtype} or holds NaN or inf; a checkpoint holds "
-                                  "finite real weights")
+        if v.dtype != torch.float32:  # saves write float32 whatever the training precision
+            raise CheckpointError(f"{source}: tensor {k} is {v.dtype}; a checkpoint holds float32 weights")
+        if not bool(torch.isfinite(v).all()):
+            raise CheckpointError(f"{source}: tensor {k} holds NaN or inf; a checkpoint holds finite weights")
     return got
 
 
@@ -339,13 +340,17 @@ def optimizer_state(optimizer: torch.optim.Optimizer, model: torch.nn.Module, re
         keys = set(g) - {"params"}
         if keys != set(now):
             raise bad(f"the checkpoint's optimizer settings {sorted(keys)} differ from this optimizer's {sorted(now)}")
-        for k, v in now.items():
-            w = g[k]
-            ok = (isinstance(w, bool) if isinstance(v, bool) else _finite_number(w) if isinstance(v, int | float)
-                  else isinstance(w, list) and len(w) == len(v) and all(map(_finite_number, w))
-                  if isinstance(v, tuple | list) else w == v)
+        for k, v in now.items():  # the run's config set these: the saved ones must be the same (lr follows the
+            w = g[k]               # schedule: any finite lr >= 0, which the next step replaces)
+            if k == "lr":
+                ok = _finite_number(w) and w >= 0
+            elif isinstance(v, tuple | list):
+                ok = isinstance(w, list) and all(map(_finite_number, w)) and w == list(v)
+            else:
+                ok = type(w) is type(v) and w == v if isinstance(v, bool) else _finite_number(w) and w == v
             if not ok:
-                raise bad(f"the checkpoint's optimizer setting {k!r} is {_short(w)}; expected one like {_short(v)}")
+                raise bad(f"the checkpoint's optimizer setting {k!r} is {_short(w)}; this run's optimizer has "
+                          f"{_short(v)} (from its training config)")
     params = dict(model.named_parameters())
     # our AdamW keeps exactly these per parameter; another optimizer's keys are only checked for consistency
     from transformer_lab.optim import AdamW

@@ -57,7 +57,10 @@ class GPTConfig:
             raise ValueError(f"RoPE rotates pairs: d_k = d_model / n_head = {self.d_model // self.n_head} must be even")
         if self.positions == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
+        if not isinstance(self.bias, bool):  # a checkpoint's JSON could say "no", which is truthy
+            raise ValueError(f"GPTConfig.bias must be true or false, got {self.bias!r}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) \
+                or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must lie in [0, 1), got {self.dropout!r}")
         if self.gelu not in ("tanh", "none"):
             raise ValueError(f"GPTConfig.gelu must be 'tanh' or 'none', got {self.gelu!r}")
