@@ -50,10 +50,11 @@ lint: $(READY)
 	$(BIN)/ruff check .
 
 # The suite runs its tests in parallel (pytest-xdist), one worker per core up to four (each holds torch in memory);
-# every page is executed again there as another machine would (tests/test_notebooks.py).
+# every page is executed again there as another machine would (tests/test_notebooks.py). tools/test.py builds the
+# book as `make book` and `make student` do, and runs the tests that need no built site beside the build.
 WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
-test: book student chromium lint
-	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal
+test: $(READY) chromium lint
+	$(BIN)/python tools/test.py --workers $(WORKERS)
 
 # The shipped checkpoint (about 8 minutes on 2 cores; 1 thread and no compile make reruns bit-identical, as it was made).
 train: $(READY)
