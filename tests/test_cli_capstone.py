@@ -63,3 +63,28 @@ def test_every_listed_benchmark_is_a_script():
     from transformer_lab.cli import BENCHMARKS
 
     assert {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"common"} == set(BENCHMARKS)
+
+
+def test_sample_streams_each_character_as_it_is_drawn(capsys, monkeypatch):
+    """The text is printed while it is generated (a long sample is not silent until the end), and it is the text
+    generate returns for the same seed."""
+    import torch
+
+    from transformer_lab.gpt import GPT
+
+    model, tok, _ = cli.load_model()
+    expected = tok.decode(model.generate(tok.encode("ROMEO:").view(1, -1), 30, temperature=0.8,
+                                         generator=torch.Generator().manual_seed(5))[0])
+    seen = []
+    real = GPT.generate
+
+    def spy(self, *args, on_token=None, **kwargs):
+        def watch(token):
+            seen.append(capsys.readouterr().out)  # what was on the screen before this token was drawn
+            on_token(token)
+        return real(self, *args, on_token=watch, **kwargs)
+
+    monkeypatch.setattr(GPT, "generate", spy)
+    assert cli.main(["sample", "--tokens", "30", "--prompt", "ROMEO:", "--seed", "5"]) == 0
+    assert len(seen) == 30 and seen[0] == "ROMEO:" and all(len(s) == 1 for s in seen[1:])
+    assert "".join(seen) + capsys.readouterr().out == expected + "\n"

@@ -448,11 +448,26 @@ def _sample(args: argparse.Namespace) -> int:
         model, tok, _ = load_model(args.checkpoint, device)
         prompt = tok.encode(args.prompt).view(1, -1).to(device)
         g = torch.Generator(device).manual_seed(args.seed)  # the same seed draws other tokens on another device
-        out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                             top_p=args.top_p, greedy=args.greedy, generator=g)
     except (CheckpointError, ValueError, OSError) as exc:
         return _fail(str(exc))
-    print(tok.decode(out[0]))
+    print(args.prompt, end="", flush=True)  # then each character as soon as it is drawn
+    drawn = 0
+
+    def show(token):
+        nonlocal drawn
+        drawn += 1
+        print(tok.decode(token), end="", flush=True)
+
+    try:
+        model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                       greedy=args.greedy, generator=g, on_token=show)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted after {drawn} of {args.tokens} characters", file=sys.stderr)
+        return 130
+    except ValueError as exc:
+        print()
+        return _fail(str(exc))
+    print()
     return 0
 
 

@@ -13,6 +13,7 @@ positions), and samples with chapter 2's temperature / top-k / top-p.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -177,8 +178,10 @@ class GPT(nn.Module):
     def generate(self, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 1.0,
                  top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
                  use_cache: bool = True, generator: torch.Generator | None = None,
-                 window: str = "half") -> torch.Tensor:
+                 window: str = "half", on_token: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
         """Extend idx (B, T0) by ``max_new_tokens`` tokens -> (B, T0 + max_new_tokens).
+
+        ``on_token``, if given, is called with each new token (B,) as soon as it is drawn (to stream the text).
 
         The model attends over a window of at most ``block_size`` tokens. When the window is full it moves
         forward by half a block (``window="half"``) or by one token, i.e. it is cropped to the last
@@ -215,5 +218,7 @@ class GPT(nn.Module):
             else:
                 nxt = sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
             idx = torch.cat((idx, nxt.view(-1, 1).to(idx.dtype)), dim=1)
+            if on_token is not None:
+                on_token(idx[:, -1])
         self.train(was_training)
         return idx
