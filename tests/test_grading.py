@@ -12,7 +12,8 @@ import nbformat
 import pytest
 
 from transformer_lab import grading
-from transformer_lab.exercises import hidden_cases, registry
+from transformer_lab.exercises import CheckResult, hidden_cases, registry
+from transformer_lab.grading import submission_cells
 
 RIGHT = textwrap.dedent('''
     import math
@@ -120,6 +121,30 @@ def test_the_book_package_is_out_of_reach(tmp_path):
         assert "cannot be imported by a graded submission" in child.cell_errors[0][2]
     finally:
         child.close()
+
+
+def test_a_file_saved_with_a_bom_and_crlf_grades_as_written(tmp_path):
+    path = tmp_path / "alice.py"
+    path.write_bytes(b"\xef\xbb\xbf" + RIGHT.replace("\n", "\r\n").encode("utf-8"))  # as Notepad saves it
+    assert "\ufeff" not in submission_cells(path)[0]
+    assert all(r.passed for r in grading.grade(1, path)), "a BOM or CRLF line endings cost points"
+
+
+def test_two_files_of_one_student_keep_one_row_each_and_a_bad_csv_grades_nothing(tmp_path, monkeypatch):
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    (folder / "alice.py").write_text(RIGHT)
+    _write_notebook(folder / "alice.ipynb", RIGHT)
+    (tmp_path / "adir").mkdir()
+    calls = []
+    monkeypatch.setattr(grading, "grade",
+                        lambda *a, **k: calls.append(a) or [CheckResult(n, True, "") for n in NAMES])
+    for bad in (tmp_path / "adir", tmp_path / "missing" / "g.csv"):
+        with pytest.raises(ValueError, match=r"--csv: cannot write .* nothing was graded"):
+            grading.grade_folder(1, folder, bad)
+    assert not calls and sorted(p.name for p in tmp_path.iterdir()) == ["adir", "submissions"]  # no adir.tmp
+    rows = grading.grade_folder(1, folder, tmp_path / "g.csv")
+    assert {r["student"] for r in rows} == {"alice.py", "alice.ipynb"} and len(rows) == 2 * len(NAMES)
 
 
 def test_a_folder_grades_into_one_csv(tmp_path):

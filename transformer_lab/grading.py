@@ -51,7 +51,7 @@ def submission_cells(path: str | Path) -> list[str]:
                          f"not {path.suffix or 'a file without a suffix'}")
     if not path.is_file():
         raise FileNotFoundError(f"submission not found: {path}")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = path.read_text(encoding="utf-8-sig", errors="replace")  # as editors save it: a BOM is not code
     if path.suffix == ".py":
         return [text]
     if path.suffix == ".ipynb":
@@ -245,18 +245,24 @@ CSV_FIELDS = ("student", "exercise", "passed", "message")
 def grade_folder(chapter: int, folder: str | Path, csv_path: str | Path, *, timeout: float = DEFAULT_TIMEOUT,
                  memory_mb: int = DEFAULT_MEMORY_MB, hidden: str | None = None) -> list[dict]:
     """Grade every submission in ``folder`` (``.py``, ``.ipynb``, ``.md``; the student is the file's name without
-    its suffix) into one CSV with columns student, exercise, passed (1/0), message. Returns the rows."""
-    folder = Path(folder)
+    its suffix, or with it when two files share a name) into one CSV with columns student, exercise, passed (1/0),
+    message. Returns the rows. A ``csv_path`` that cannot be written is refused before any grading."""
+    folder, csv_path = Path(folder), Path(csv_path)
+    if csv_path.is_dir() or not csv_path.parent.is_dir() or not os.access(csv_path.parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--csv: cannot write {csv_path} (give a file name in an existing, writable folder); "
+                         "nothing was graded")
     paths = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SUFFIXES)
     if not paths:
         raise ValueError(f"{folder} holds no submissions ({', '.join(SUFFIXES)} files)")
+    stems = [p.stem for p in paths]
     rows = []
     for path in paths:
         try:
             results = grade(chapter, path, timeout=timeout, memory_mb=memory_mb, hidden=hidden)
         except (ValueError, OSError) as exc:
             results = [CheckResult(name, False, str(exc)) for name in registry(chapter)]
-        rows += [{"student": path.stem, "exercise": r.name, "passed": int(r.passed), "message": r.message}
+        student = path.stem if stems.count(path.stem) == 1 else path.name  # alice.py and alice.md: two rows each
+        rows += [{"student": student, "exercise": r.name, "passed": int(r.passed), "message": r.message}
                  for r in results]
     tmp = Path(csv_path).with_name(Path(csv_path).name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
