@@ -116,3 +116,13 @@ def test_every_display_equation_survives_translation(path):
                   and i18n.is_math(m.id) and not m.fuzzy and m.string != m.id]
     missing = [t for t in translated if html.escape(t.strip(), quote=False) not in zh]
     assert not missing, f"{path}: equations whose Chinese labels are not on the page: {missing[:2]}"
+
+
+@pytest.mark.parametrize("path", ZH_PAGES)
+def test_the_sites_own_words_are_chinese(path):
+    """The theme's search field, the toggle buttons' hints and the author line (tools/i18n.py's CHROME)."""
+    zh = (ZH / path).read_text(encoding="utf8")
+    english = [w for w in ("Search this book", "Click to show", "Click to hide", "Show code cell", "Hide code cell",
+                           "The Transformer Math Lab team") if w in zh]
+    assert not english, f"{path}: English on the Chinese page: {english}"
+    assert i18n.CHROME["search"] in zh and i18n.CHROME["author"] in zh

@@ -458,12 +458,23 @@ def print_stats() -> int:
     return 0
 
 
+CHROME = {"author": "Transformer Math Lab 团队", "search": "搜索本书……", "show": "点击显示", "hide": "点击隐藏",
+          "show code": "显示代码单元", "hide code": "隐藏代码单元"}
+"""The site's own words that no page's catalogue holds (the theme's search field, the toggle buttons' hints, the
+author line), in Chinese."""
+
+
 def config(source: Path = ROOT / "_config.yml") -> dict:
     """The English configuration with the Chinese language, title and search dictionary, and the main execution
     cache (so no page runs again)."""
     c = yaml.safe_load(source.read_text())
     c["title"] = translated("book/intro").get(c["title"], c["title"])
-    c["sphinx"]["config"].update(language=LANGUAGE, html_search_options={"dict": str(SEARCH_WORDS)})
+    c["author"] = CHROME["author"]
+    sphinx = c["sphinx"]["config"]
+    sphinx.update(language=LANGUAGE, html_search_options={"dict": str(SEARCH_WORDS)},
+                  togglebutton_hint=CHROME["show"], togglebutton_hint_hide=CHROME["hide"],
+                  nb_code_prompt_show=CHROME["show code"], nb_code_prompt_hide=CHROME["hide code"])
+    sphinx["html_theme_options"] = {**sphinx.get("html_theme_options", {}), "search_bar_text": CHROME["search"]}
     c["execute"]["cache"] = str(ROOT / c["execute"]["cache"])
     c["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in c["sphinx"]["local_extensions"].items()}
     return c
