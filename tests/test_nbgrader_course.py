@@ -3,6 +3,7 @@ autogrades with the right scores, and whose collected notebooks the isolated gra
 same way; solutions leave no text behind in the student's copies."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,15 @@ from course_notebooks import student_notebook
 from nbgrader.api import Gradebook
 
 from transformer_lab import grading
-from transformer_lab.course import COURSE_ID, POINTS, Solution, assignment_notebook, export_course, without_solutions
+from transformer_lab.course import (
+    COURSE_ID,
+    POINTS,
+    Solution,
+    _exercise_text,
+    assignment_notebook,
+    export_course,
+    without_solutions,
+)
 
 CHAPTER = 8  # four exercises, each checked in well under a second
 WRITTEN = NOTEBOOK_HEADER + """
@@ -81,7 +90,17 @@ def test_every_chapter_exports_with_graded_cells(tmp_path):
             assert test["grade"] and test["locked"] and test["points"] == POINTS
         text = "\n".join(c.source for c in nb.cells)
         assert "solution-start" not in text and "claim(" not in text
+        roles = re.findall(r"\{\w+(?::\w+)?\}`[^`]*`", text)  # Jupyter shows MyST roles as raw text
+        assert not roles, f"{path.name}: MyST roles left in the text: {roles}"
     assert (tmp_path / "nbgrader_config.py").is_file()
+
+
+def test_roles_become_plain_words():
+    assert _exercise_text("see {ref}`ch1-rank`") == "see *What a $d_k$-dimensional dot product cannot express* " \
+                                                    "(chapter 1)"
+    assert _exercise_text("{cite}`barrett2021implicit`") == "Barrett and Dherin (2021)"
+    assert _exercise_text("{doc}`08-mini-gpt`") == "*The mini-GPT: everything together*"
+    assert _exercise_text("{ref}`the rank <ch1-rank>`") == "the rank"
 
 
 def _nbgrader(course, *args):

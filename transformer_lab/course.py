@@ -177,9 +177,39 @@ def _imports(nb: NotebookNode, code: list[str], exercises: set[str]) -> list[str
     return list(seen)
 
 
-def _exercise_text(markdown: str) -> str:
-    """MyST's ``{exercise}`` directive as plain Markdown, which Jupyter and nbgrader's formgrader show."""
-    return _EXERCISE.sub(lambda m: "**Exercise.** " + _OPTION.sub("", m["body"], count=1).rstrip(), markdown)
+def _exercise_text(markdown: str, book: Path = BOOK) -> str:
+    """MyST's ``{exercise}`` directive and its roles as plain Markdown, which Jupyter and nbgrader's formgrader
+    show."""
+    text = _EXERCISE.sub(lambda m: "**Exercise.** " + _OPTION.sub("", m["body"], count=1).rstrip(), markdown)
+    return _ROLE.sub(lambda m: _plain_role(m["role"], m["text"], m["target"] or m["text"], book), text)
+
+
+_ROLE = re.compile(r"\{(?P<role>ref|doc|cite|cite:t|cite:p)\}`(?P<text>[^`<]*?)\s*(?:<(?P<target>[^`>]+)>)?`")
+
+
+def _plain_role(role: str, text: str, target: str, book: Path) -> str:
+    """``{ref}`` as the section's title and chapter, ``{doc}`` as the page's title, ``{cite}`` as "Author (year)"."""
+    if role.startswith("cite"):
+        bib = (book / "book" / "references.bib").read_text(encoding="utf-8")
+        entry = re.search(r"@\w+\{" + re.escape(target) + r",(.*?)\n\}", bib, re.S)
+        if entry is None:
+            return target
+        author, year = (re.search(rf"\b{k}\s*=\s*\{{(.*?)\}}", entry[1], re.S) for k in ("author", "year"))
+        names = [a.split(",")[0].strip() for a in author[1].split(" and ")]
+        who = names[0] + (" et al." if len(names) > 2 else f" and {names[1]}" if len(names) == 2 else "")
+        return f"{who} ({year[1]})"
+    if text and text != target:  # {ref}`words <label>`, {doc}`words <page>`
+        return text
+    if role == "doc":
+        page = next(iter(sorted(book.glob(f"*/{Path(target).name}.md"))), None)
+        title = re.search(r"^# (.+)$", page.read_text(encoding="utf-8"), re.M) if page else None
+        return f"*{title[1] if title else target}*"
+    for page in sorted(book.glob("chapters/*.md")):
+        found = re.search(rf"^\({re.escape(target)}\)=\n(?:\([^)\n]+\)=\n)*#+ (.+)$", page.read_text(encoding="utf-8"),
+                          re.M)
+        if found:
+            return f"*{found[1]}* (chapter {int(page.name[:2])})"
+    return target
 
 
 def _is_markdown(part: NotebookNode | Solution) -> bool:
