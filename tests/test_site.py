@@ -167,6 +167,14 @@ def check_sliders_change_the_frame(page, url):
             after_label = label.text_content()
             assert after_src != before_src, f"moving a slider on {url} did not change the frame"
             assert after_label != before_label
+        for menu in fig.locator(".tl-fig-controls select").all():  # a choice among names
+            before_src = fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src")
+            options = menu.locator("option").all()
+            other = next(o.get_attribute("value") for o in options if o.get_attribute("value") != menu.input_value())
+            menu.select_option(other)
+            assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1
+            assert fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src") != before_src, \
+                f"choosing another option on {url} did not change the frame"
     assert not page.console_errors
 
 

@@ -317,20 +317,25 @@ class InteractiveFigure:
         for n, i0 in zip(self.static, start, strict=True):
             c = self.controls[n]
             labels = [_label(c, v) for v in c.values()]
+            if isinstance(c, Choice):  # a choice among names: a menu, as in Jupyter
+                options = "".join(f'<option value="{i}"{" selected" if i == i0 else ""}>{html.escape(label)}'
+                                  f"</option>" for i, label in enumerate(labels))
+                inputs.append(f'<label class="tl-fig-control">{html.escape(n)} <select aria-label="'
+                              f'{html.escape(n)}" oninput="tlFig(this)">{options}</select></label>')
+                continue
             inputs.append(
                 f'<label class="tl-fig-control">{html.escape(n)} '
                 f'<input type="range" min="0" max="{len(labels) - 1}" step="1" value="{i0}" '
                 f"data-labels='{html.escape(json.dumps(labels))}' aria-label=\"{html.escape(n)}\" "
                 f'oninput="tlFig(this)"> <output>{html.escape(labels[i0])}</output></label>')
-        others = [f"{n} = {_label(c, c.default())}" for n, c in self.controls.items() if n not in self.static]
-        note = "Pre-rendered frames: move the slider" + ("s" if len(self.static) > 1 else "")
-        if others:
-            note += f"; fixed here at {', '.join(others)}"
-        note += ". Run the notebook for every control live."
+        others = ", ".join(f"{n} = {_label(c, c.default())}" for n, c in self.controls.items()
+                           if n not in self.static)
+        note = "".join(f'<span lang="{lang}">{html.escape(first + (fixed.format(others) if others else "") + last)}'
+                       f"</span>" for lang, (first, fixed, last) in _NOTE.items())
         return (f'<div class="tl-fig" id="{uid}">{_SCRIPT}'
                 f'<div class="tl-fig-controls">{"".join(inputs)}</div>'
                 f'<div class="tl-fig-frames">{"".join(imgs)}</div>'
-                f'<p class="tl-fig-note">{html.escape(note)}</p></div>')
+                f'<p class="tl-fig-note">{note}</p></div>')
 
     # -- Jupyter: live widgets
     def widget(self):
@@ -369,12 +374,18 @@ class InteractiveFigure:
         return bundle
 
 
+_NOTE = {"en": ("Pre-rendered frames: each setting of the controls has its picture", "; fixed here at {}",
+                ". Run the notebook for every control live."),
+         "zh": ("预先渲染的画面：控件的每个取值各有一幅图", "；此处固定为 {}", "。运行笔记本可实时调节每个控件。")}
+"""The note under a figure on the website, in both languages: the page's language shows one (book.css)."""
+
 _SCRIPT = (
     "<script>window.tlFig=window.tlFig||function(el){"
-    "var f=el.closest('.tl-fig'),ins=f.querySelectorAll('.tl-fig-controls input');"
+    "var f=el.closest('.tl-fig'),ins=f.querySelectorAll('.tl-fig-controls input, .tl-fig-controls select');"
     "var k=Array.prototype.map.call(ins,function(i){return i.value}).join('_');"
     "f.querySelectorAll('.tl-fig-frames img').forEach(function(m){m.hidden=(m.dataset.key!==k)});"
-    "el.parentNode.querySelector('output').textContent=JSON.parse(el.dataset.labels)[+el.value];};</script>"
+    "var o=el.parentNode.querySelector('output');if(o)o.textContent=JSON.parse(el.dataset.labels)[+el.value];};"
+    "</script>"
 )
 
 
