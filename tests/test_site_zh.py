@@ -126,3 +126,14 @@ def test_the_sites_own_words_are_chinese(path):
                            "The Transformer Math Lab team") if w in zh]
     assert not english, f"{path}: English on the Chinese page: {english}"
     assert i18n.CHROME["search"] in zh and i18n.CHROME["author"] in zh
+
+
+@pytest.mark.parametrize("path", ["chapters/03-optimization.html", "chapters/06-combinatorics.html"])
+def test_figure_and_exercise_notes_show_the_page_language(page, server, path):
+    """One execution writes the notes in both languages (transformer_lab.page.bilingual); each page shows one."""
+    for prefix, shown, hidden in (("", "en", "zh"), ("zh/", "zh", "en")):
+        page.goto(f"{server}/{prefix}{path}", wait_until="load")
+        for lang, visible in ((shown, True), (hidden, False)):
+            spans = page.locator(f".tl-fig-note .tl-bilingual[lang={lang}], .tl-check .tl-bilingual[lang={lang}]")
+            assert spans.count() >= 2
+            assert all(s.is_visible() == visible for s in spans.all()), (prefix + path, lang)

@@ -80,7 +80,7 @@ def test_two_static_controls_make_a_grid_of_frames():
     assert sorted(re.findall(r'data-key="([0-9_]+)"', html)) == ["0_0", "0_1", "1_0", "1_1", "2_0", "2_1"]
     assert html.count('type="range"') == 1 and html.count("<select") == 1  # a choice among names is a menu
     assert '<option value="1">red</option>' in html  # choice labels are shown, not values
-    assert '<span lang="en">' in html and '<span lang="zh">' in html  # the note in both languages
+    assert 'class="tl-bilingual" lang="zh"' in html  # the note in both languages
 
 
 def test_mimebundle_carries_widget_and_static_html():

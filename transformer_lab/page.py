@@ -8,6 +8,8 @@ Every page imports these instead of defining its own copy:
 * :func:`table` displays a table, from rows of cells or from a dict ``{name: value}`` (a check's result);
 * :func:`claim` guards a sentence of the prose: the page's build fails, quoting the sentence, when the
   computation it describes stops bearing it out;
+* :func:`bilingual` is the site's own words in an output (a figure's note, an exercise's note) in English and
+  Chinese, so that one execution serves both editions of the website;
 * :func:`seed` is every seed a page uses, shifted by ``TL_SEED_OFFSET`` from the environment, so that a second
   execution with another offset checks that each guarded sentence holds for other seeds too.
 
@@ -154,3 +156,10 @@ def table(rows: Rows, header: Sequence[str] = ("quantity", "value")) -> None:
 
     body = _cells(rows, header)
     display({"text/html": _html(body, header), "text/plain": _markdown(body, header)}, raw=True)
+
+
+def bilingual(english: str, chinese: str) -> str:
+    """HTML (escaped already) that shows ``english``, or ``chinese`` on a page whose language is Chinese (the
+    book's CSS, ``book/_static/book.css``). Jupyter, without that CSS, shows the English."""
+    return (f'<span class="tl-bilingual" lang="en">{english}</span>'
+            f'<span class="tl-bilingual" lang="zh" style="display: none">{chinese}</span>')

@@ -47,6 +47,8 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import offset_copy
 from PIL import Image
 
+from transformer_lab.page import bilingual
+
 # ---------------------------------------------------------------- style
 PALETTE = ["#1f5fa8", "#d1495b", "#2e933c", "#edae49", "#6a4c93", "#00798c", "#8d6a9f", "#595959"]
 """Colours used across the book: blue, red, green, amber, purple, teal, mauve, grey."""
@@ -330,8 +332,8 @@ class InteractiveFigure:
                 f'oninput="tlFig(this)"> <output>{html.escape(labels[i0])}</output></label>')
         others = ", ".join(f"{n} = {_label(c, c.default())}" for n, c in self.controls.items()
                            if n not in self.static)
-        note = "".join(f'<span lang="{lang}">{html.escape(first + (fixed.format(others) if others else "") + last)}'
-                       f"</span>" for lang, (first, fixed, last) in _NOTE.items())
+        note = bilingual(*(html.escape(first + (fixed.format(others) if others else "") + last)
+                           for first, fixed, last in _NOTE.values()))
         return (f'<div class="tl-fig" id="{uid}">{_SCRIPT}'
                 f'<div class="tl-fig-controls">{"".join(inputs)}</div>'
                 f'<div class="tl-fig-frames">{"".join(imgs)}</div>'
@@ -377,7 +379,7 @@ class InteractiveFigure:
 _NOTE = {"en": ("Pre-rendered frames: each setting of the controls has its picture", "; fixed here at {}",
                 ". Run the notebook for every control live."),
          "zh": ("预先渲染的画面：控件的每个取值各有一幅图", "；此处固定为 {}", "。运行笔记本可实时调节每个控件。")}
-"""The note under a figure on the website, in both languages: the page's language shows one (book.css)."""
+"""The note under a figure on the website, in English and in Chinese (:func:`~transformer_lab.exercises.bilingual`)."""
 
 _SCRIPT = (
     "<script>window.tlFig=window.tlFig||function(el){"

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer_lab.page import bilingual
+
 CHAPTERS = {1: "ch1", 2: "ch2", 3: "ch3", 4: "ch4", 5: "ch5", 6: "ch6", 7: "ch7", 8: "ch8"}
 
 
@@ -51,13 +53,21 @@ class CheckResult:
         """The verdict as a notebook (and the website) shows it: `code` in the message as ``<code>``; an exercise
         still at its stub gets a neutral note saying where to check it, not a red failure."""
         if not self.passed and self.message.startswith(_NOT_WRITTEN):
-            return (f'<div class="tl-check tl-check-todo"><strong>✎ {html.escape(self.name)}</strong>: write your '
-                    f"answer in place of <code>raise NotImplementedError</code>, then run this in Jupyter to check "
-                    f"your answer.</div>")
+            return (f'<div class="tl-check tl-check-todo"><strong>✎ {html.escape(self.name)}</strong>: ' + bilingual(
+                "write your answer in place of <code>raise NotImplementedError</code>, then run this in Jupyter to "
+                "check your answer.",
+                "在 <code>raise NotImplementedError</code> 处写下你的答案，然后在 Jupyter 中运行这一格来检查它。")
+                + "</div>")
         cls = "tl-check-pass" if self.passed else "tl-check-fail"
         mark = "✓" if self.passed else "✗"
         message = _CODE.sub(lambda m: f"<code>{m[1]}</code>", html.escape(self.message))
+        if self.passed and (n := _MATCHES.fullmatch(self.message)):
+            chinese = f"在全部 {n[1]} 个用例上与参考答案一致" if n[1] != "1" else "在这个用例上与参考答案一致"
+            message = bilingual(message, chinese)
         return f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: {message}</div>'
+
+
+_MATCHES = re.compile(r"matches the reference on (?:all )?(\d+) cases?")
 
 
 _NOT_WRITTEN = "not written yet"
