@@ -5,7 +5,7 @@
 Building the book executes its pages one after another, on one core. The tests that need no built site (every
 page executed again as another machine would, the student notebooks, the compiled and interrupted trainings) run
 meanwhile on the other cores; once both editions are built, the rest of the suite (the website in Chromium, the
-PDF, the translation) joins them. With one worker everything runs in turn: the build, then the suite. The output
+PDF, the translation) runs on every core. With one worker everything runs in turn: the build, then the suite. The output
 of the tests that ran beside the build is printed when they end. The exit status is non-zero when the build or
 any test failed.
 """
@@ -50,12 +50,12 @@ def main(argv: list[str]) -> int:
         return status
     log = ROOT / "_build" / "tests-beside-the-build.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:  # one worker beside the build, the others once it is done
+    with log.open("w") as out:  # half the workers beside the build, then all of them on the rest
         beside = subprocess.Popen(pytest(BESIDE_THE_BUILD, max(1, workers // 2)), cwd=ROOT, stdout=out,
                                   stderr=subprocess.STDOUT)
         built = build()
-        rest = 2 if built else subprocess.run(
-            pytest([f"--ignore={p}" for p in BESIDE_THE_BUILD], workers - workers // 2), cwd=ROOT).returncode
+        rest = 2 if built else subprocess.run(  # every worker: the tests beside the build are near their end
+            pytest([f"--ignore={p}" for p in BESIDE_THE_BUILD], workers), cwd=ROOT).returncode
         first = beside.wait()
     print(f"\n--- the tests that ran beside the build ({', '.join(Path(p).stem for p in BESIDE_THE_BUILD)}):")
     print(log.read_text(), end="")
