@@ -97,3 +97,24 @@ def test_chapter_guards_its_sentences_in_hidden_cells(page):
         if build.CLAIM_CALL.search(cell):
             hidden = re.search(r"^:tags: \[[^\]]*remove-cell", cell, re.M)
             assert hidden, f"{page.name}: a guard shows on the page:\n{cell}"
+
+
+CODE_WIDTH = 88
+"""The longest line of a code cell the reader sees: ruff's default line length, so that a code block on the site
+scrolls sideways only where a line cannot be broken."""
+
+
+@pytest.mark.parametrize("page", [*CHAPTERS, ROOT / "book" / "fast.md"], ids=lambda p: p.stem)
+def test_code_the_reader_sees_fits_88_columns(page):
+    long = []
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", page.read_text(), re.S | re.M):
+        if re.search(r"^(:tags:|tags:) .*\b(remove-cell|remove-input)\b", cell, re.M):
+            continue  # not on the page
+        long += [line.strip()[:60] for line in cell.splitlines() if len(line) > CODE_WIDTH]
+    assert not long, f"{page.name}: {len(long)} code lines over {CODE_WIDTH} characters: {long[:3]}"
+
+
+@pytest.mark.parametrize("page", [*CHAPTERS, *sorted((ROOT / "book").glob("*.md"))], ids=lambda p: p.stem)
+def test_no_glyph_needs_an_emoji_font(page):
+    """A reader without an emoji font sees an empty box for 💡 (the seed's mind map marks its key lines so)."""
+    assert not re.findall(r"[\U0001F000-\U0001FAFF]", page.read_text()), page.name
