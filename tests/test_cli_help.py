@@ -52,6 +52,11 @@ def test_template_holds_a_stub_per_exercise(tmp_path, capsys, chapter):
     assert "exists" in capsys.readouterr().err
 
 
+def test_template_file_after_the_option(tmp_path):
+    assert cli.main(["check", "2", "--template", str(tmp_path / "my2.py")]) == 0  # was "unrecognized arguments"
+    assert "def " in (tmp_path / "my2.py").read_text()
+
+
 def test_template_default_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["check", "3", "--template"]) == 0

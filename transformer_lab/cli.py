@@ -58,7 +58,8 @@ def _check(args: argparse.Namespace) -> int:
     from transformer_lab import grading
 
     if args.template:
-        return _write_template(args.chapter, Path(args.answers or f"answers-ch{args.chapter}.py"))
+        named = args.template if isinstance(args.template, str) else args.answers
+        return _write_template(args.chapter, Path(named or f"answers-ch{args.chapter}.py"))
     if args.answers is None:
         return _fail(f"give the submission to grade, e.g. check {args.chapter} answers.py (write a blank one with "
                      f"check {args.chapter} --template)")
@@ -584,8 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("answers", nargs="?",
                    help="the submission to grade (.py, .ipynb or .md), or a folder of them; with --template, the "
                         "file to write (default answers-chN.py)")
-    p.add_argument("--template", action="store_true",
-                   help="write a blank answers file (one stub per exercise) instead of grading; never overwrites")
+    p.add_argument("--template", nargs="?", const=True, default=False, metavar="FILE",
+                   help="write a blank answers file (one stub per exercise) instead of grading, to FILE or the "
+                        "ANSWERS path (check N --template FILE, or check N FILE --template); never overwrites")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds the student's code may take per exercise (default 10)")
     p.add_argument("--memory-mb", type=int, default=4096,
