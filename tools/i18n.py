@@ -289,16 +289,22 @@ def check(names: list[str], only: set[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------ the Sphinx extension
-def _renumber_transform():
+def _before_locale_transform():
+    from docutils import nodes
     from sphinx.locale import init as init_locale
     from sphinx.transforms import SphinxTransform
     from sphinx.util.i18n import docname_to_domain
     from sphinx.util.nodes import extract_messages
 
-    class Renumber(SphinxTransform):
-        """Before Sphinx translates a page (its ``Locale`` transform, priority 20): give each sentence that the
-        page's code wrote with new numbers the translation :func:`renumbered` makes, so that a re-execution that
-        measures another time does not leave an English sentence in the Chinese page."""
+    class BeforeLocale(SphinxTransform):
+        """Before Sphinx translates a page (its ``Locale`` transform, priority 20), on the Chinese build:
+
+        * each sentence that the page's code wrote with new numbers gets the translation :func:`renumbered`
+          makes, so that a re-execution that measures another time leaves no English sentence on the page;
+        * each display equation gets its translation written into the node, which is then marked done:
+          ``Locale`` re-parses a translated literal node as the reST literal ``'::' + indent(msgstr)``, which
+          MyST reads as a paragraph "::", so every equation with a translated ``\\text{}`` label would be lost.
+        """
 
         default_priority = 19
 
@@ -315,31 +321,6 @@ def _renumber_transform():
             for _, msg in extract_messages(self.document):
                 if msg not in known and (filled := renumbered(msg, index)) is not None:
                     known[msg] = filled
-
-    return Renumber
-
-
-def _display_math_transform():
-    from docutils import nodes
-    from sphinx.locale import init as init_locale
-    from sphinx.transforms import SphinxTransform
-    from sphinx.util.i18n import docname_to_domain
-
-    class TranslateDisplayMath(SphinxTransform):
-        """Before ``Locale`` (priority 20): write each display equation's translation into the node itself and mark
-        the node done. ``Locale`` re-parses a translated literal node as the reST literal ``'::' + indent(msgstr)``,
-        which MyST reads as a paragraph "::": every equation with a translated ``\\text{}`` label would be lost."""
-
-        default_priority = 19
-
-        def apply(self, **kwargs) -> None:
-            if not self.config.language or self.config.language == "en":
-                return
-            dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
-            domain = docname_to_domain(self.env.docname, self.config.gettext_compact)
-            catalog, found = init_locale(dirs, self.config.language, domain)
-            if not found:
-                return
             for node in self.document.findall(nodes.math_block):
                 msgstr = catalog.gettext(node.rawsource or node.astext())
                 if msgstr != node.astext():
@@ -347,14 +328,13 @@ def _display_math_transform():
                     node.rawsource = msgstr
                 node["translatable"] = False
 
-    return TranslateDisplayMath
+    return BeforeLocale
 
 
 def setup(app) -> dict:
     """Sphinx extension (``_config.yml``'s local_extensions): sentences with new numbers keep their translation,
     and translated display equations stay equations."""
-    app.add_transform(_renumber_transform())
-    app.add_transform(_display_math_transform())
+    app.add_transform(_before_locale_transform())
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
