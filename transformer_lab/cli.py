@@ -155,17 +155,18 @@ def _check_threads(threads: int | None) -> str | None:
     return _positive("threads", threads)
 
 
-def _check_checkpoint(path: str | None) -> str | None:
+def _names_a_folder(option: str, path: str | None, example: str) -> str | None:
+    """``''``, ``.``, ``/`` or ``a/..`` name no file: the problem with ``option``, or None."""
     if path is not None and Path(path).name in ("", ".", ".."):
-        return f"--checkpoint: {path!r} names a folder, not a file; give a checkpoint NAME.json"
+        return f"{option}: {path!r} names a folder, not a file; give a checkpoint file name such as {example}"
     return None
 
 
 def _check_out(out: str) -> str | None:
     from transformer_lab.checkpoint import json_path
 
-    if Path(out).name in ("", ".", ".."):
-        return f"--out: {out!r} names a folder, not a file; give a checkpoint file name such as DIR/mini-gpt.json"
+    if problem := _names_a_folder("--out", out, "DIR/mini-gpt.json"):
+        return problem
     jpath = json_path(out)
     if Path(out).is_dir() or jpath.is_dir():
         return f"--out: {Path(out) if Path(out).is_dir() else jpath} is a directory; give a checkpoint file name " \
@@ -442,7 +443,7 @@ def _sample(args: argparse.Namespace) -> int:
         return _fail(f"--seed must be an integer from 0 to 2**63 - 2, got {args.seed}")
     if not args.prompt:
         return _fail("--prompt must hold at least one character")
-    if problem := _check_checkpoint(args.checkpoint):
+    if problem := _names_a_folder("--checkpoint", args.checkpoint, "NAME.json"):
         return _fail(problem)
     try:
         device = distributed.pick_device(args.device)
@@ -559,7 +560,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         return _fail(f"--top must be an integer >= 1, got {args.top}")
-    if problem := _check_checkpoint(args.checkpoint):
+    if problem := _names_a_folder("--checkpoint", args.checkpoint, "NAME.json"):
         return _fail(problem)
     try:
         model, tok, _ = load_model(args.checkpoint)

@@ -338,10 +338,10 @@ class Trainer:
             diff = sorted(k for k in set(record["config"]) | set(self.meta["config"])
                           if record["config"].get(k) != self.meta["config"].get(k))
             raise bad(f"{path} holds a model with another config; differing fields: {diff}")
-        precision = str(self.precision).removeprefix("torch.")
-        if record.get("precision", "float32") != precision:
-            raise bad(f"{path} was trained in {_short_text(record.get('precision'))}; this run would continue it in "
-                      f"{precision}: resume with --dtype {_short_text(record.get('precision'))}")
+        precision, saved = str(self.precision).removeprefix("torch."), str(record.get("precision", "float32"))[:40]
+        if saved != precision:
+            raise bad(f"{path} was trained in {saved}; this run would continue it in {precision}: resume with "
+                      f"--dtype {saved}")
         step = record.get("step")
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= self.config.max_iters:
             raise bad(f"{path}: 'step' must be an int in [0, max_iters={self.config.max_iters}], got "
@@ -509,7 +509,3 @@ def _checked_rng(rng: Any, path, world: World) -> dict[str, torch.Tensor]:
     if not same_shape:
         out["rank0"] = out["torch"]
     return out
-
-
-def _short_text(value) -> str:
-    return str(value)[:40]
