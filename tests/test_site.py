@@ -171,7 +171,7 @@ def check_sliders_change_the_frame(page, url):
             before_src = fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src")
             options = menu.locator("option").all()
             other = next(o.get_attribute("value") for o in options if o.get_attribute("value") != menu.input_value())
-            menu.select_option(other)
+            menu.select_option(value=other)  # by value: a bare string also matches an option's label
             assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1
             assert fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src") != before_src, \
                 f"choosing another option on {url} did not change the frame"
