@@ -85,12 +85,12 @@ def adam_effective_step() -> dict[str, sp.Expr]:
 
 @functools.cache
 def momentum_sums() -> dict[str, sp.Expr]:
-    """Heavy-ball velocity v_{k+1} = β v_k + g_k from v_0 = 0: a constant gradient g gives g (1 − βᵏ)/(1 − β)
-    → g/(1 − β); an alternating one g_k = (−1)ᵏ g gives (−1)^{k+1} g (1 − (−β)ᵏ)/(1 + β): (−1)^{k+1} v_k → g/(1 + β)."""
+    """Heavy-ball velocity u_{k+1} = β u_k + g_k from u_0 = 0: a constant gradient g gives g (1 − βᵏ)/(1 − β)
+    → g/(1 − β); an alternating one g_k = (−1)ᵏ g gives (−1)^{k+1} g (1 − (−β)ᵏ)/(1 + β): (−1)^{k+1} u_k → g/(1 + β)."""
     beta = sp.Symbol("beta", positive=True)
     gr = sp.Symbol("g", real=True, nonzero=True)
     k = sp.Symbol("k", integer=True, nonnegative=True)
-    y = sp.Function("v")
+    y = sp.Function("u")
     const = sp.simplify(sp.rsolve(y(k + 1) - beta * y(k) - gr, y(k), {y(0): 0}))
     alt = sp.simplify(sp.rsolve(y(k + 1) - beta * y(k) - (-1) ** k * gr, y(k), {y(0): 0}))
     return {"beta": beta, "g": gr, "k": k, "constant": const, "alternating": alt,
@@ -100,7 +100,7 @@ def momentum_sums() -> dict[str, sp.Expr]:
 
 @functools.cache
 def heavy_ball_quadratic() -> dict[str, object]:
-    """Heavy ball on ½ a θ²: θ_{k+1} = θ_k − η(β v_k + aθ_k) is θ_{k+1} = (1 + β − ηa) θ_k − β θ_{k−1}; its
+    """Heavy ball on ½ a θ²: θ_{k+1} = θ_k − η(β u_k + aθ_k) is θ_{k+1} = (1 + β − ηa) θ_k − β θ_{k−1}; its
     characteristic roots r satisfy r² − (1 + β − ηa) r + β = 0, their product is β (Vieta), so complex roots
     (under-damped: the iterates oscillate) have |r| = √β; they are complex iff (1 − √β)² < ηa < (1 + √β)²."""
     beta = sp.Symbol("beta", positive=True)
@@ -240,21 +240,21 @@ def check(seed: int = 0) -> dict[str, float]:
     steps = 60
     out["largest step (t = 60): sympy vs ours"] = abs(worst_history_step(steps) - worst_step(steps))
 
-    ms = momentum_sums()  # the closed forms against the recursion v ← βv + g_k, 50 steps
+    ms = momentum_sums()  # the closed forms against the recursion u ← βu + g_k, 50 steps
     const, alt = (sp.lambdify([ms["beta"], ms["g"], ms["k"]], ms[key]) for key in ("constant", "alternating"))
     worst_ms = 0.0
     for beta in (0.5, 0.9, 0.99):
-        v_c = v_a = 0.0
+        u_c = u_a = 0.0
         for k in range(1, 51):
-            v_c, v_a = beta * v_c + 0.7, beta * v_a + (-1) ** (k - 1) * 0.7  # g_{k−1} = g, (−1)^{k−1} g
-            worst_ms = max(worst_ms, abs(const(beta, 0.7, k) - v_c), abs(alt(beta, 0.7, k) - v_a))
+            u_c, u_a = beta * u_c + 0.7, beta * u_a + (-1) ** (k - 1) * 0.7  # g_{k−1} = g, (−1)^{k−1} g
+            worst_ms = max(worst_ms, abs(const(beta, 0.7, k) - u_c), abs(alt(beta, 0.7, k) - u_a))
     out["momentum sums: sympy vs recursion"] = worst_ms
 
-    hb = heavy_ball_quadratic()  # the roots against the eigenvalues of the heavy-ball map (θ, v) ↦ (θ′, v′)
+    hb = heavy_ball_quadratic()  # the roots against the eigenvalues of the heavy-ball map (θ, u) ↦ (θ′, u′)
     roots = sp.lambdify([hb["beta"], hb["x"]], hb["roots"])
     worst_hb = 0.0
     for beta, x in ((0.9, 0.05), (0.9, 1.25), (0.5, 0.05), (0.5, 3.5), (0.0, 0.3)):
-        mat = torch.tensor([[1 - x, -beta], [x, beta]], dtype=torch.float64)  # η = 1, a = x: v′ = βv + aθ, θ′ = θ − v′
+        mat = torch.tensor([[1 - x, -beta], [x, beta]], dtype=torch.float64)  # η = 1, a = x: u′ = βu + aθ, θ′ = θ − u′
         eig = sorted(torch.linalg.eigvals(mat).tolist(), key=lambda z: (z.real, z.imag))
         sym = sorted((complex(z) for z in roots(complex(beta), complex(x))), key=lambda z: (z.real, z.imag))
         worst_hb = max(worst_hb, *(abs(u - w) for u, w in zip(eig, sym, strict=True)))
