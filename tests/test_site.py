@@ -127,7 +127,15 @@ def check_page_renders(page, url):
     page.set_viewport_size(PHONE)
     page.wait_for_timeout(300)  # site.js marks wide formulas 200 ms after a resize
     assert page.evaluate(TOO_WIDE_FOR_PHONE) == [], f"{url} is wider than a {PHONE['width']} px phone"
+    assert page.evaluate(SHRUNK_FIGURES) == [], f"{url}: figures shrunk on a phone, their labels below 9 px"
     assert not page.console_errors, f"console errors on {url}: {page.console_errors}"
+
+
+# Figures drawn by transformer_lab.viz.to_png have no text below MIN_TEXT_PX = 9 pixels of the image; shown at
+# their natural size or larger, no label is below 9 px on the screen. Listed: the figures shown smaller.
+SHRUNK_FIGURES = """() => [...document.querySelectorAll('.tl-fig-frames img:not([hidden]), .cell_output img')]
+  .filter(i => i.naturalWidth && i.getBoundingClientRect().width && i.getBoundingClientRect().width < i.naturalWidth - 1)
+  .map(i => `${Math.round(i.getBoundingClientRect().width)} of ${i.naturalWidth} px: ${(i.alt || '').slice(0, 40)}`)"""
 
 
 # On a phone the page itself never scrolls sideways: what is wider than the screen (an element reaching past it
@@ -169,9 +177,9 @@ def check_sliders_change_the_frame(page, url):
             assert after_label != before_label
         for menu in fig.locator(".tl-fig-controls select").all():  # a choice among names
             before_src = fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src")
-            options = menu.locator("option").all()
-            other = next(o.get_attribute("value") for o in options if o.get_attribute("value") != menu.input_value())
-            menu.select_option(value=other)  # by value: a bare string also matches an option's label
+            values = [o.get_attribute("value") for o in menu.locator("option").all()]
+            # by position: a string, even as value=, also matches an option's label ("1" is the label of value 0)
+            menu.select_option(index=next(i for i, v in enumerate(values) if v != menu.input_value()))
             assert fig.locator(".tl-fig-frames img:not([hidden])").count() == 1
             assert fig.locator(".tl-fig-frames img:not([hidden])").get_attribute("src") != before_src, \
                 f"choosing another option on {url} did not change the frame"

@@ -6,6 +6,8 @@ import re
 import pytest
 
 from transformer_lab.viz import (
+    FRAME_DPI,
+    MIN_TEXT_PX,
     Choice,
     InteractiveFigure,
     Slider,
@@ -117,6 +119,21 @@ def test_redraw_is_measured_and_frames_are_small():
     fig.render()  # warm-up: fonts, caches
     assert 0 < fig.time_redraw() < 1.0
     assert len(to_png(draw_line())) < 30_000
+
+
+def test_no_text_is_drawn_below_the_legible_size():
+    """Labels a chapter sets small (a 5-point note, 6-point tick labels) are drawn at MIN_TEXT_PX pixels; larger
+    text keeps its size."""
+    fig, ax = figure()
+    note = ax.text(0.5, 0.5, "a note", fontsize=5)
+    ax.set_xticks([0, 1], ["left", "right"], fontsize=6)
+    ax.set_title("a title")
+    title_size = ax.title.get_fontsize()
+    to_png(fig)
+    floor = MIN_TEXT_PX * 72 / FRAME_DPI
+    assert note.get_fontsize() == pytest.approx(floor)
+    assert all(t.get_fontsize() == pytest.approx(floor) for t in ax.get_xticklabels())
+    assert ax.title.get_fontsize() == title_size > floor
 
 
 def test_bars_and_category_labels_match_what_they_replace():

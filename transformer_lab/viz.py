@@ -44,6 +44,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.transforms import offset_copy
 from PIL import Image
 
@@ -143,12 +144,28 @@ class _SharedRendererCanvas(FigureCanvasAgg):
         return _RENDERERS[key]
 
 
+MIN_TEXT_PX = 9
+"""The smallest text a figure draws, in pixels of its PNG. On a phone the site shows a figure at its natural size
+(book.css), scrolling sideways where the screen is narrower, so no label is drawn smaller than this."""
+
+
+def legible(fig: Figure, dpi: int = FRAME_DPI) -> Figure:
+    """Raise every text of ``fig`` smaller than :data:`MIN_TEXT_PX` pixels at ``dpi`` to that size."""
+    floor = MIN_TEXT_PX * 72 / dpi  # points
+    for text in fig.findobj(Text):
+        if text.get_fontsize() < floor:
+            text.set_fontsize(floor)
+    return fig
+
+
 def to_png(fig: Figure, *, dpi: int = FRAME_DPI, colors: int = 128) -> bytes:
-    """Render ``fig`` to a small PNG: a palette image of at most ``colors`` colours.
+    """Render ``fig`` to a small PNG: a palette image of at most ``colors`` colours, no text smaller than
+    :data:`MIN_TEXT_PX` pixels (:func:`legible`).
 
     Draws straight into an Agg buffer and quantises it (fast octree), which costs about half of
     ``savefig`` followed by a re-encode: most of a redraw's time is here.
     """
+    legible(fig, dpi)
     fig.set_dpi(dpi)
     canvas = _SharedRendererCanvas(fig)
     canvas.draw()
