@@ -134,8 +134,8 @@ def check_page_renders(page, url):
 # Figures drawn by transformer_lab.viz.to_png have no text below MIN_TEXT_PX = 9 pixels of the image; shown at
 # their natural size or larger, no label is below 9 px on the screen. Listed: the figures shown smaller.
 SHRUNK_FIGURES = """() => [...document.querySelectorAll('.tl-fig-frames img:not([hidden]), .cell_output img')]
-  .filter(i => i.naturalWidth && i.getBoundingClientRect().width && i.getBoundingClientRect().width < i.naturalWidth - 1)
-  .map(i => `${Math.round(i.getBoundingClientRect().width)} of ${i.naturalWidth} px: ${(i.alt || '').slice(0, 40)}`)"""
+  .map(i => [i, i.getBoundingClientRect().width]).filter(([i, w]) => w && w < i.naturalWidth - 1)
+  .map(([i, w]) => `${Math.round(w)} of ${i.naturalWidth} px: ${(i.alt || '').slice(0, 40)}`)"""
 
 
 # On a phone the page itself never scrolls sideways: what is wider than the screen (an element reaching past it

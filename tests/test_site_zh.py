@@ -47,6 +47,23 @@ def test_both_editions_show_the_same_code_outputs_and_figures(path):
     assert en_images and zh_images == en_images, f"{path}: the Chinese page's figures differ"
 
 
+def _quoted_blocks(page_html: str) -> list[list[str]]:
+    """Each block quote's paragraphs and list items, as plain text without spaces."""
+    return [[re.sub(r"\s+", "", html.unescape(re.sub(r"<[^>]+>", "", block)))
+             for block in re.findall(r"<(?:p|li)>(.*?)</(?:p|li)>", quote, re.S)]
+            for quote in re.findall(r"<blockquote[^>]*>(.*?)</blockquote>", page_html, re.S)]
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.startswith("chapters/") or p == "book/intro.html"])
+def test_the_seed_is_quoted_in_its_own_words_without_the_gloss(path):
+    """A quotation of the seed shows the seed's Chinese as written, and the English gloss beside it on the English
+    page is not translated back into a second, paraphrased Chinese version."""
+    english, chinese = (_quoted_blocks((root / path).read_text(encoding="utf8")) for root in (HTML, ZH))
+    originals = [kept for quote in english if (kept := [b for b in quote if i18n.CJK.search(b)])]
+    assert originals, f"{path}: no quotation of the seed on the English page"
+    assert chinese == originals, f"{path}: the Chinese page's quotations are not the seed's own words alone"
+
+
 def test_language_switch_leads_both_ways(page, server):
     page.goto(f"{server}/chapters/03-optimization.html", wait_until="load")
     assert page.evaluate("() => document.documentElement.lang") == "en"

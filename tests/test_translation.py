@@ -85,6 +85,27 @@ def test_checker_rejects_a_typical_slip(slip):
     assert i18n.problems(ENGLISH, WRONG[slip], TERMS), f"the checker let through: {slip}"
 
 
+def test_one_idea_keeps_one_name():
+    """A rendering the glossary lists as another name of a term is refused: the drift 检查程序/检查器."""
+    assert i18n.variants()["检查程序"] == "检查器"
+    english = "The checker rejects a typical slip."
+    assert not i18n.problems(english, "检查器会拒绝典型的错误。", TERMS)
+    assert any("检查器" in p for p in i18n.problems(english, "检查程序会拒绝典型的错误。", TERMS))
+
+
+@pytest.mark.parametrize(("quote", "echoes"), [
+    ("原文说 Transformer 是“一个神经概率语言模型”。", True),  # the English gloss translated back
+    ("原文说“损失是信息的损失”。", True),  # the seed: 损失函数的本质是信息量损失
+    ("原文说“残差缓解梯度消失”。", True),  # a word dropped: 残差连接（Residual）缓解梯度消失
+    ("原文说 Transformer 是一种“神经概率语言模型”。", False),
+    ("原文说“残差连接（Residual）缓解梯度消失”。", False),  # the seed's own words, its English word included
+    ("头并没有被“排列组合”。", False),  # a phrase of the seed
+    ("路径长度是“前向和反向信号在网络中必须经过的路径的长度”。", False),  # another source's words
+])
+def test_the_seed_is_quoted_in_its_own_words(quote, echoes):
+    assert bool(i18n.seed_misquotes(quote)) == echoes, i18n.seed_misquotes(quote)
+
+
 def test_a_sentence_the_code_wrote_with_new_numbers_keeps_its_translation():
     """A re-execution measures another time: the sentence keeps its translation with the new numbers in place, in
     whatever order the Chinese puts them; other words get none, and so does one old number becoming two new ones

@@ -142,24 +142,64 @@ def renumbered(msgid: str, index: dict[str, tuple[str, str]]) -> str | None:
     return NUMERAL.sub(lambda m: new_of.get(m.group().replace(",", ""), m.group()), old)
 
 
+def _glossary_rows() -> list[list[str]]:
+    return [[*(cell.strip() for cell in line.split("\t")), "", ""][:4]
+            for line in GLOSSARY.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
 def glossary() -> list[tuple[str, str, bool]]:
     """(English term, Chinese term, enforced) from ``glossary.tsv``; an enforced term's English in a message (a
     whole word, plural allowed) requires its Chinese in the translation."""
-    rows = []
-    for line in GLOSSARY.read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            en, zh, rule = [*line.split("\t"), ""][:3]
-            rows.append((en.strip(), zh.strip(), rule.strip() == "enforced"))
-    return rows
+    return [(en, zh, rule == "enforced") for en, zh, rule, _ in _glossary_rows()]
+
+
+def variants() -> dict[str, str]:
+    """{other rendering: the book's term} from ``glossary.tsv``'s fourth column: renderings of a term that the
+    book does not use, so that one idea keeps one name across the chapters."""
+    return {v.strip(): zh for _, zh, _, others in _glossary_rows() for v in others.split(",") if v.strip()}
 
 
 def _word(term: str) -> str:
     return rf"(?<![\w-]){re.escape(term)}(?:s|es)?(?![\w-])"
 
 
+SEED = ROOT / "locales" / "zh_CN" / "seed.zh.txt"  # the Chinese essay the book grew from, as written
+# the book's own quoted phrases that resemble a line of the seed
+NOT_THE_SEED = {"嵌入查找 = 独热向量 × 矩阵", "每个技巧是否都有数值原因"}
+
+
+def _lcs(a: str, b: str) -> int:
+    """The length of the longest common subsequence of ``a`` and ``b``."""
+    row = [0] * (len(b) + 1)
+    for x in a:
+        diagonal, row[0] = 0, 0
+        for j, y in enumerate(b, 1):
+            diagonal, row[j] = row[j], diagonal + 1 if x == y else max(row[j], row[j - 1])
+    return row[-1]
+
+
+def seed_misquotes(msgstr: str) -> list[str]:
+    """Chinese quotations “…” in a translation that echo a line of the seed without being its own words: at least
+    four Chinese characters, most of them (55%) found in order in one line of the seed, yet not a run of the
+    seed's characters (punctuation, spaces and Latin letters aside). A back-translation of the English gloss is
+    the typical case: “Transformer 是一个神经概率语言模型” where the seed says 是一种“神经概率语言模型”."""
+    hanzi = lambda s: "".join(CJK.findall(s))  # noqa: E731
+    lines = [hanzi(line) for line in SEED.read_text(encoding="utf8").splitlines()]
+    whole = "".join(lines)
+    out = []
+    for quote in re.findall(r"“([^”]+)”", msgstr):
+        chars = hanzi(quote)
+        if len(chars) < 4 or chars in whole or quote in NOT_THE_SEED:
+            continue
+        line = max(lines, key=lambda s: _lcs(chars, s))
+        if _lcs(chars, line) >= 0.55 * len(chars):
+            out.append(f"“{quote}” quotes the seed in other words; its line reads: {line}")
+    return out
+
+
 def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None = None) -> list[str]:
     """What is wrong with one translation: untranslated, or a math, code, target, link or number of the English
-    lost or changed, or an enforced term not rendered as the glossary says."""
+    lost or changed, or an enforced term not rendered as the glossary says, or the seed quoted in other words."""
     if not msgstr:
         return ["not translated"]
     if is_math(msgid):
@@ -183,7 +223,9 @@ def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None 
         alone = [s for s, other in spans if other == en and not any(a <= s[0] and s[1] <= b for a, b in inside_longer)]
         if enforced and alone and zh not in msgstr:
             out.append(f"the term “{en}” is rendered “{zh}” in this book (locales/zh_CN/glossary.tsv)")
-    return out
+    out += [f"“{v}”: this book writes “{zh}” (locales/zh_CN/glossary.tsv)" for v, zh in variants().items()
+            if v in msgstr]
+    return out + seed_misquotes(msgstr)
 
 
 def pages(root: Path = CATALOGUES, suffix: str = ".po") -> list[str]:
@@ -303,7 +345,9 @@ def _before_locale_transform():
           makes, so that a re-execution that measures another time leaves no English sentence on the page;
         * each display equation gets its translation written into the node, which is then marked done:
           ``Locale`` re-parses a translated literal node as the reST literal ``'::' + indent(msgstr)``, which
-          MyST reads as a paragraph "::", so every equation with a translated ``\\text{}`` label would be lost.
+          MyST reads as a paragraph "::", so every equation with a translated ``\\text{}`` label would be lost;
+        * a quotation given in its Chinese original and an English gloss (the seed's epigraphs) keeps only the
+          original: translated back, the gloss would stand as a second, paraphrased Chinese version under it.
         """
 
         default_priority = 19
@@ -321,6 +365,15 @@ def _before_locale_transform():
             for _, msg in extract_messages(self.document):
                 if msg not in known and (filled := renumbered(msg, index)) is not None:
                     known[msg] = filled
+            for quote in list(self.document.findall(nodes.block_quote)):
+                if quote.parent is None or not CJK.search(quote.astext()):
+                    continue
+                for p in [p for p in quote.children if isinstance(p, nodes.paragraph)]:
+                    if not CJK.search(p.astext()):
+                        quote.remove(p)  # the gloss in the same quotation
+                gloss = quote.next_node(descend=False, siblings=True)
+                if isinstance(gloss, nodes.block_quote) and not CJK.search(gloss.astext()):
+                    gloss.parent.remove(gloss)  # the gloss as a quotation of its own, right after
             for node in self.document.findall(nodes.math_block):
                 msgstr = catalog.gettext(node.rawsource or node.astext())
                 if msgstr != node.astext():
