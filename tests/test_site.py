@@ -277,6 +277,35 @@ def test_chapter_fits_its_column_and_weighs_at_most_3MB(page, server, path, view
         assert not too_wide, f"{path} at {size['width']} px: wider than the column: {too_wide[:5]}"
 
 
+OUTLINE = """() => {
+  const links = [...document.querySelectorAll('#pst-page-toc-nav a.nav-link')], line = window.innerHeight / 3;
+  let reading = null;
+  for (const a of links) {
+    const t = document.getElementById(decodeURIComponent(a.hash.slice(1)));
+    if (t && t.getBoundingClientRect().top <= line) reading = a.textContent.trim();
+  }
+  return [reading, links.filter(a => a.classList.contains('active')).map(a => a.textContent.trim())];
+}"""
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP], ids=["1280px"])
+@pytest.mark.parametrize("path", ["chapters/04-calculus.html", "zh/chapters/08-mini-gpt.html"])
+def test_the_outline_lights_the_section_being_read(page, server, path, viewport):
+    """Scrolled anywhere, by jumps, the outline lights one entry: the section whose heading is the last above the
+    top third of the window (none above the first heading)."""
+    page.goto(f"{server}/{path}", wait_until="load")
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    wrong = []
+    for k in range(1, 30):
+        page.evaluate(f"() => window.scrollTo(0, {height * k // 30})")
+        page.wait_for_timeout(300)
+        reading, lit = page.evaluate(OUTLINE)
+        if lit != ([reading] if reading else []):
+            wrong.append(f"at {k}/30 of the page, reading {reading!r}, lit {lit}")
+    assert not wrong, f"{path}: the outline lit the wrong entry {len(wrong)} times of 29: {wrong[:3]}"
+    assert not page.console_errors
+
+
 def test_wide_display_math_scrolls_in_its_own_box(page, server):
     page.goto(f"{server}/chapters/01-linear-algebra.html", wait_until="load")
     _typeset(page)

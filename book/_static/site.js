@@ -79,6 +79,34 @@
     Search.tlPatched = true;
   }
 
+  // 5. The outline ("On this page") lights the section being read: the last one whose heading is above the top
+  // third of the window. pydata-sphinx-theme lights a heading only while it crosses a band at the top of the
+  // window, so a long section, a jump or a fast scroll left the wrong entry lit, or none. Run after the theme's
+  // own observer has fired, so that its choice does not stay.
+  function lightOutline() {
+    var nav = document.getElementById("pst-page-toc-nav");
+    if (!nav) return;
+    var links = Array.prototype.slice.call(nav.querySelectorAll("a.nav-link"));
+    var line = window.innerHeight / 3, current = null;
+    links.forEach(function (a) {
+      var target = document.getElementById(decodeURIComponent(a.hash.slice(1)));
+      if (target && target.getBoundingClientRect().top <= line) current = a;
+    });
+    links.forEach(function (a) {
+      a.classList.toggle("active", a === current);
+      if (a === current) a.setAttribute("aria-current", "true"); else a.removeAttribute("aria-current");
+    });
+    nav.querySelectorAll(".toc-entry").forEach(function (entry) {
+      entry.classList.toggle("active", !!current && entry.contains(current));
+    });
+  }
+  var outlineTimer;
+  window.addEventListener("scroll", function () {
+    clearTimeout(outlineTimer);
+    outlineTimer = setTimeout(lightOutline, 100);
+  }, { passive: true });
+  window.addEventListener("load", lightOutline);
+
   function ready() {
     foldListings();
     cleanSearchSnippets();
