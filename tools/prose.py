@@ -71,7 +71,7 @@ def cells(text: str) -> list[tuple[str, list[str], str]]:
             out.append(("markdown", [], "\n".join(buf)))
             buf, i, tags = [], i + 1, []
             while i < len(lines) and lines[i] != "```":
-                m = re.match(r":tags: \[(.*)\]", lines[i])
+                m = re.match(r":?tags: \[(.*)\]", lines[i])  # an option, or a line of the YAML block
                 if m:
                     tags = [t.strip() for t in m.group(1).split(",")]
                 buf.append(lines[i])
