@@ -64,6 +64,34 @@ def test_the_seed_is_quoted_in_its_own_words_without_the_gloss(path):
     assert chinese == originals, f"{path}: the Chinese page's quotations are not the seed's own words alone"
 
 
+# English phrases (three or more words, two of them lowercase words) in what a Chinese page shows, outside code,
+# math, figures, references and text marked lang="en" (the corpus's words, names left in English on purpose).
+ENGLISH_PHRASES = r"""() => {
+  const skip = 'pre, code, .math, mjx-container, script, style, .tl-fig-frames, nav, .headerlink, .cell_input, '
+             + '.citation, [lang|="en"]';
+  const out = [], article = document.querySelector('article.bd-article');
+  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest(skip) || !el.getClientRects().length) continue;
+    for (const m of n.textContent.matchAll(/[A-Za-z][A-Za-z'’-]*(?:[ ,]+[A-Za-z][A-Za-z'’-]*){2,}/g))
+      if (m[0].split(/[ ,]+/).filter(w => /^[a-z]{2,}$/.test(w) && w !== 'et' && w !== 'al').length >= 2)
+        out.push(m[0].slice(0, 60));
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("path", ZH_PAGES)
+def test_a_chinese_page_shows_no_english_phrase(page, server, path):
+    """Prose, table cells the code writes, notes and chrome are Chinese; what stays English is code, math,
+    figures, the references and what is marked lang="en"."""
+    page.goto(f"{server}/zh/{path}", wait_until="load")
+    found = page.evaluate(ENGLISH_PHRASES)
+    print(f"{path}: {len(found)} English phrase(s)")
+    assert not found, f"zh/{path} shows {len(found)} English phrase(s): {found[:8]}"
+
+
 def test_language_switch_leads_both_ways(page, server):
     page.goto(f"{server}/chapters/03-optimization.html", wait_until="load")
     assert page.evaluate("() => document.documentElement.lang") == "en"

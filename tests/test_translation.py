@@ -85,6 +85,18 @@ def test_checker_rejects_a_typical_slip(slip):
     assert i18n.problems(ENGLISH, WRONG[slip], TERMS), f"the checker let through: {slip}"
 
 
+def test_table_cells_the_code_writes_are_messages_and_get_their_translation():
+    """The words of a table's cells are its messages (numbers alone are not); the Chinese page replaces each cell
+    by its translation, escaped again, and marks a cell left in English lang="en"."""
+    table = ("<table><thead><tr><th>word</th><th>max |diff| &lt; 1</th></tr></thead>"
+             "<tbody><tr><td>king</td><td>1.2e-16</td></tr></tbody></table>")
+    assert i18n.table_cells(table) == ["word", "max |diff| < 1", "king"]
+    chinese = {"word": "词", "max |diff| < 1": "最大 |差| < 1"}
+    assert i18n.translate_table_cells(table, lambda t: chinese.get(t, t)) == (
+        "<table><thead><tr><th>词</th><th>最大 |差| &lt; 1</th></tr></thead>"
+        '<tbody><tr><td><span lang="en">king</span></td><td>1.2e-16</td></tr></tbody></table>')
+
+
 def test_one_idea_keeps_one_name():
     """A rendering the glossary lists as another name of a term is refused: the drift 检查程序/检查器."""
     assert i18n.variants()["检查程序"] == "检查器"

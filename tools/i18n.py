@@ -18,6 +18,7 @@ fails.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -331,6 +332,38 @@ def check(names: list[str], only: set[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------ the Sphinx extension
+TABLE_CELL = re.compile(r"(<t[hd]>)([^<]*)(</t[hd]>)")
+"""A cell of a table the code writes (``transformer_lab.page.table``: plain escaped text in ``<th>``/``<td>``)."""
+
+
+def table_cells(markup: str) -> list[str]:
+    """The words in the cells of the tables in an HTML output: each cell with three letters in a row, unescaped."""
+    return [text for _, cell, _ in TABLE_CELL.findall(markup) if re.search(r"[A-Za-z]{3}", text := html.unescape(cell))]
+
+
+def translate_table_cells(markup: str, translate) -> str:
+    """``markup`` with each cell's words replaced by ``translate(text)``; a cell of words it leaves in English
+    (names, the corpus's words) is marked ``lang="en"``."""
+    def cell(m: re.Match) -> str:
+        text = html.unescape(m[2])
+        chinese = translate(text)
+        if chinese == text and re.search(r"[A-Za-z]{3}", text):
+            return f'{m[1]}<span lang="en">{m[2]}</span>{m[3]}'
+        return m[1] + html.escape(chinese, quote=False) + m[3]
+
+    return TABLE_CELL.sub(cell, markup)
+
+
+def _html_outputs(document):
+    """The HTML outputs of a page's code cells that hold a table (MyST-NB's mime bundles, before one is chosen)."""
+    from docutils import nodes
+
+    for bundle in document.findall(lambda n: isinstance(n, nodes.container) and n.get("mime_type") == "text/html"):
+        for raw in bundle.findall(nodes.raw):
+            if "<table" in raw.astext():
+                yield raw
+
+
 def _before_locale_transform():
     from docutils import nodes
     from sphinx.locale import init as init_locale
@@ -347,12 +380,18 @@ def _before_locale_transform():
           ``Locale`` re-parses a translated literal node as the reST literal ``'::' + indent(msgstr)``, which
           MyST reads as a paragraph "::", so every equation with a translated ``\\text{}`` label would be lost;
         * a quotation given in its Chinese original and an English gloss (the seed's epigraphs) keeps only the
-          original: translated back, the gloss would stand as a second, paraphrased Chinese version under it.
+          original: translated back, the gloss would stand as a second, paraphrased Chinese version under it;
+        * the words in the cells of the tables the code writes get their translation.
+
+        On the gettext build, which writes the message templates, those table cells become messages of the page.
         """
 
         default_priority = 19
 
         def apply(self, **kwargs) -> None:
+            if self.app.builder.name == "gettext":
+                self.document.extend(_cells_as_messages(self.document))
+                return
             if not self.config.language or self.config.language == "en":
                 return
             dirs = [str(Path(self.env.srcdir) / d) for d in self.config.locale_dirs]
@@ -374,6 +413,13 @@ def _before_locale_transform():
                 gloss = quote.next_node(descend=False, siblings=True)
                 if isinstance(gloss, nodes.block_quote) and not CJK.search(gloss.astext()):
                     gloss.parent.remove(gloss)  # the gloss as a quotation of its own, right after
+            def translate(text: str) -> str:
+                if (msgstr := catalog.gettext(text)) != text:
+                    return msgstr
+                return renumbered(text, index) or text
+
+            for raw in _html_outputs(self.document):
+                raw[:] = [nodes.Text(translate_table_cells(raw.astext(), translate))]
             for node in self.document.findall(nodes.math_block):
                 msgstr = catalog.gettext(node.rawsource or node.astext())
                 if msgstr != node.astext():
@@ -382,6 +428,22 @@ def _before_locale_transform():
                 node["translatable"] = False
 
     return BeforeLocale
+
+
+def _cells_as_messages(document) -> list:
+    """One paragraph per table cell of the page's outputs, for the gettext builder to collect as messages (a
+    paragraph needs a source and a uid to be collected)."""
+    import uuid
+
+    from docutils import nodes
+
+    out = []
+    for raw in _html_outputs(document):
+        for text in table_cells(raw.astext()):
+            paragraph = nodes.paragraph(text, text)
+            paragraph.source, paragraph.line, paragraph.uid = document["source"], raw.line or 0, uuid.uuid4().hex
+            out.append(paragraph)
+    return out
 
 
 def setup(app) -> dict:
