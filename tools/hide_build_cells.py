@@ -4,8 +4,9 @@
     python tools/hide_build_cells.py chapters/03-optimization.md [...]
 
 The chapters open in JupyterLab through Jupytext (tools/lab.py), which writes such a cell's options as a YAML
-block; this rewrites the named chapters in that form, byte for byte as a JupyterLab save would
-(tests/test_jupytext_roundtrip.py). tests/test_book_pages.py requires the metadata on every such cell.
+block; this rewrites the named chapters in that form with the repository's jupytext.toml, byte for byte as a
+JupyterLab save would (tests/test_jupytext_roundtrip.py). tests/test_book_pages.py requires the metadata on every
+such cell.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import jupytext
+from jupytext.config import load_jupytext_config
 
 HIDDEN_ON_SITE = {"remove-cell", "remove-input", "hide-input"}
 
@@ -27,9 +29,7 @@ def hide(page: Path) -> int:
             shown = cell.metadata.setdefault("jupyter", {})
             changed += not shown.get("source_hidden")
             shown["source_hidden"] = True
-    text = jupytext.writes(nb, fmt="md:myst")
-    # as the repository's jupytext.toml writes it: no version stamp in the header
-    page.write_text("".join(line for line in text.splitlines(keepends=True) if "jupytext_version:" not in line))
+    jupytext.write(nb, page, fmt="md:myst", config=load_jupytext_config(str(page.resolve().parent)))
     return changed
 
 
