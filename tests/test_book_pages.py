@@ -99,6 +99,20 @@ def test_chapter_guards_its_sentences_in_hidden_cells(page):
             assert hidden, f"{page.name}: a guard shows on the page:\n{cell}"
 
 
+@pytest.mark.parametrize("page", CHAPTERS, ids=lambda p: p.stem)
+def test_the_code_the_site_hides_starts_collapsed_in_jupyterlab(page):
+    """A chapter opened in JupyterLab shows the reader's cells: the set-up and the guards the website hides start
+    with their source collapsed (``python tools/hide_build_cells.py PAGE`` marks them)."""
+    import jupytext
+
+    hidden_on_site = {"remove-cell", "remove-input", "hide-input"}
+    shown = [c.source.splitlines()[0][:60] for c in jupytext.read(page).cells
+             if c.cell_type == "code" and hidden_on_site & set(c.metadata.get("tags", []))
+             and not c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert not shown, (f"{page.name}: {len(shown)} cell(s) the site hides show their source in JupyterLab, e.g. "
+                       f"{shown[:3]} (python tools/hide_build_cells.py chapters/{page.name})")
+
+
 CODE_WIDTH = 88
 """The longest line of a code cell the reader sees: ruff's default line length, so that a code block on the site
 scrolls sideways only where a line cannot be broken."""
