@@ -5,6 +5,8 @@ page is loaded in Chromium and its visible text searched for the lines of every 
 source; the full edition (``_build/html``) must show them, so the search is known to find what it looks for.
 """
 
+import html
+import json
 import re
 
 import pytest
@@ -73,6 +75,54 @@ def test_student_page_shows_no_solution(page, page_text):
     text, _, student_boxes = page_text(STUDENT / "chapters" / f"{page.stem}.html")
     shown = [line for line in lines if line in text]
     assert not shown and student_boxes == 0, f"{page.name}: the student edition shows {shown[:3]}"
+
+
+def solution_sentences(page) -> list[str]:
+    """Sentences of the solutions' prose (the Markdown inside gated solutions), 40 characters or more, without
+    markup: what a guard cell might quote."""
+    out = []
+    for block in _GATED.findall(page.read_text(encoding="utf8")):
+        prose = _CODE.sub("", block)
+        prose = re.sub(r"^```.*$|^:.*$|\$[^$]*\$|\{\w+\}`[^`]*`|[*_`]", " ", prose, flags=re.M)
+        out += [s for s in (" ".join(x.split()) for x in re.split(r"(?<=[.:;!?])\s", prose)) if len(s) >= 40]
+    return out
+
+
+def _file_text(path) -> str:
+    """A file's text as a reader or a program would find it: markup removed, entities decoded, a notebook's cell
+    sources joined, whitespace collapsed."""
+    raw = path.read_text(encoding="utf8", errors="replace")
+    if path.suffix == ".ipynb":
+        raw = "\n".join("".join(c["source"]) for c in json.loads(raw)["cells"])
+    elif path.suffix in (".html", ".js", ".json", ".txt", ".xml"):
+        raw = html.unescape(re.sub(r"<[^>]+>", "", raw))
+    return " ".join(raw.replace("\\n", " ").split())
+
+
+def _leaks(root, needles) -> dict[str, list[str]]:
+    found = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix not in (".png", ".svg", ".woff2",
+                                                                                        ".woff", ".ttf", ".ico")):
+        text = _file_text(path)
+        if hits := [n for n in needles if n in text]:
+            found[path.relative_to(root).as_posix()] = hits
+    return found
+
+
+def test_no_file_of_the_student_edition_holds_a_solution(page_text):
+    """Every file the student site ships (pages, search index, notebooks, scripts; no sources) is free of the
+    solutions' code lines and prose sentences: those the full edition shows only inside a solution box."""
+    if not (FULL / "index.html").is_file():
+        pytest.skip("the full edition is needed to tell solution text from the rest: run `make book`")
+    needles = set()
+    for page in CHAPTERS:
+        rest, inside, _ = page_text(FULL / "chapters" / f"{page.stem}.html")
+        needles |= {n for n in (*solution_lines(page), *solution_sentences(page)) if n in inside and n not in rest}
+    assert len(needles) > 150, f"only {len(needles)} solution lines and sentences to look for"
+    assert not (STUDENT / "_sources").exists(), "the student edition copies the pages' sources"
+    leaks = _leaks(STUDENT, sorted(needles))
+    assert not leaks, "the student edition ships solutions: " + "; ".join(
+        f"{path}: {hits[:2]}" for path, hits in list(leaks.items())[:6])
 
 
 def test_student_edition_ships_no_instructor_notebook():

@@ -3,9 +3,10 @@
 For each page under ``chapters/`` that is a notebook, the build writes into ``<site>/notebooks/``:
 
 * ``NN-name-instructor.ipynb``: the chapter as it is, solutions in;
-* ``NN-name-student.ipynb``: the same with every solution removed (code cells tagged ``solution`` and the
-  ``solution`` directives around them). The exercise cells (tagged ``exercise``) stay as stubs, and the check
-  cells after them report "not written yet" until the student fills them in, so the notebook runs to the end.
+* ``NN-name-student.ipynb``: the same with every solution removed (code cells tagged ``solution``, the ``solution``
+  directives around them, and the hidden guards right after a solution, which quote it). The exercise cells (tagged
+  ``exercise``) stay as stubs, and the check cells after them report "not written yet" until the student fills them
+  in, so the notebook runs to the end.
 
 Both have no outputs; the code the website hides (tags ``remove-cell``, ``remove-input``, ``hide-input``) starts
 collapsed in JupyterLab. ``make lab`` opens the student notebooks (tools/lab.py). Each chapter page gets a line
@@ -54,9 +55,17 @@ def instructor_notebook(page: Path) -> nbformat.NotebookNode:
 
 
 def student_notebook(page: Path) -> nbformat.NotebookNode:
-    """The chapter as a notebook with every solution removed: code and text (transformer_lab.course)."""
+    """The chapter as a notebook with every solution removed: code and text (transformer_lab.course), and the
+    hidden guard cells right after a solution, which quote its sentences."""
     nb = jupytext.read(page)
-    nb.cells = [c for c in without_solutions(nb) if not isinstance(c, Solution)]
+    cells, after_solution = [], False
+    for cell in without_solutions(nb):
+        if isinstance(cell, Solution):
+            after_solution = True
+        elif not (after_solution and cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", [])):
+            cells.append(cell)
+            after_solution = False
+    nb.cells = cells
     return _with_note(nb, "student")
 
 
@@ -99,7 +108,25 @@ def add_links(app: Sphinx, pagename: str, templatename, context, doctree) -> Non
     context["body"] = body[:at + 5] + line + body[at + 5:] if at >= 0 else line + body
 
 
+def download_menu(app: Sphinx, pagename: str, templatename, context, doctree) -> None:
+    """The theme's download menu offers a chapter's notebooks, and the page's source only where the site copies
+    it: the student edition does not (it holds the solutions)."""
+    group = next((b for b in context.get("header_buttons", []) if b.get("label") == "download-buttons"), None)
+    if group is None:
+        return
+    page = Path(app.srcdir) / f"{pagename}.md"
+    notebooks = []
+    if pagename.startswith("chapters/") and page.is_file() and _is_notebook(page):
+        names = notebook_names(page)
+        notebooks = [{"type": "link", "url": context["pathto"]("notebooks/" + names[kind], 1), "text": f"{kind} .ipynb",
+                      "tooltip": f"Download the {kind} notebook", "icon": "fas fa-code",
+                      "label": f"download-{kind}-notebook-button"} for kind in _kinds(app)]
+    group["buttons"] = notebooks + [b for b in group["buttons"] if b.get("label") == "download-pdf-button"
+                                    or (b.get("label") == "download-source-button" and app.config.html_copy_source)]
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("html-page-context", add_links)
+    app.connect("html-page-context", download_menu, priority=502)  # after sphinx-book-theme fills the menu (501)
     app.connect("build-finished", write_notebooks)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -6,9 +6,9 @@
 The student edition has no solutions: every ``{solution}`` block, gated ``{solution-start}`` … ``{solution-end}``
 pair and code cell tagged ``solution`` is removed from the pages, once sphinx-exercise has gathered a gated
 solution's content into its node (its own ``hide_solutions`` would leave the gate's end behind). Only the student
-notebooks are written and linked (tools/course_notebooks.py reads ``tl_edition``), and text marked
-``{only} instructor`` is left out. The checkers' hidden cases are in neither edition: they are drawn from the
-instructor's key at grading time (``check --hidden KEY``).
+notebooks are written and linked (tools/course_notebooks.py reads ``tl_edition``), text marked
+``{only} instructor`` is left out, and the pages' sources are not copied into the site. The checkers' hidden
+cases are in neither edition: they are drawn from the instructor's key at grading time (``check --hidden KEY``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ def _choose(app: Sphinx, config) -> None:
     if config.tl_edition not in EDITIONS:
         raise ConfigError(f"TL_EDITION must be one of {', '.join(EDITIONS)}, got {config.tl_edition!r}")
     app.tags.add(config.tl_edition)
+    if config.tl_edition == "student":
+        config.html_copy_source = False  # a page's source holds its solutions (and the guards that quote them)
 
 
 def _strip_solutions(app: Sphinx, doctree: nodes.document) -> None:
