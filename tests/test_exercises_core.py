@@ -81,6 +81,18 @@ def test_html_view():
     assert "a &lt; b" in CheckResult("f", False, "a < b")._repr_html_()
 
 
+@pytest.mark.parametrize(("message", "chinese"), [
+    ("matches the reference on all 5 cases", "在全部 5 个用例上与参考答案一致"),
+    ("matches the reference on all 9 cases (one logit, huge logits)", "在全部 9 个用例上与参考答案一致"),
+    ("matches the reference on all 3 stacks", "在全部 3 个用例上与参考答案一致"),
+    ("matches the reference on 1 case", "在这个用例上与参考答案一致"),
+    ("right on all 7 layers", "通过了全部检查"),
+])
+def test_a_passing_verdict_reads_in_both_languages(message, chinese):
+    shown = CheckResult("f", True, message)._repr_html_()
+    assert f'lang="zh" style="display: none">{chinese}</span>' in shown and message.split(" (")[0] in shown
+
+
 @pytest.fixture
 def fake_chapter(monkeypatch):
     module = types.ModuleType("transformer_lab.exercises.chfake")

@@ -65,7 +65,8 @@ def test_the_seed_is_quoted_in_its_own_words_without_the_gloss(path):
 
 
 # English phrases (three or more words, two of them lowercase words) in what a Chinese page shows, outside code,
-# math, figures, references and text marked lang="en" (the corpus's words, names left in English on purpose).
+# math, figures, references, quotation marks (a line of the corpus, an example sentence) and text marked lang="en"
+# (the corpus's words, names left in English on purpose).
 ENGLISH_PHRASES = r"""() => {
   const skip = 'pre, code, .math, mjx-container, script, style, .tl-fig-frames, nav, .headerlink, .cell_input, '
              + '.citation, [lang|="en"]';
@@ -74,9 +75,13 @@ ENGLISH_PHRASES = r"""() => {
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const el = n.parentElement;
     if (!el || el.closest(skip) || !el.getClientRects().length) continue;
-    for (const m of n.textContent.matchAll(/[A-Za-z][A-Za-z'’-]*(?:[ ,]+[A-Za-z][A-Za-z'’-]*){2,}/g))
-      if (m[0].split(/[ ,]+/).filter(w => /^[a-z]{2,}$/.test(w) && w !== 'et' && w !== 'al').length >= 2)
+    const text = n.textContent;
+    for (const m of text.matchAll(/[A-Za-z][A-Za-z'’-]*(?:[ ,]+[A-Za-z][A-Za-z'’-]*){2,}/g)) {
+      const quoted = /[“"‘「]\s*$/.test(text.slice(0, m.index))
+                     && /^[\s,.!?]*[”"’」]/.test(text.slice(m.index + m[0].length));
+      if (!quoted && m[0].split(/[ ,]+/).filter(w => /^[a-z]{2,}$/.test(w) && w !== 'et' && w !== 'al').length >= 2)
         out.push(m[0].slice(0, 60));
+    }
   }
   return out;
 }"""

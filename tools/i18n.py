@@ -346,8 +346,10 @@ def translate_table_cells(markup: str, translate) -> str:
     (names, the corpus's words) is marked ``lang="en"``."""
     def cell(m: re.Match) -> str:
         text = html.unescape(m[2])
+        if not re.search(r"[A-Za-z]{3}", text):  # a number or a symbol (and "" would fetch a catalogue's header)
+            return m[0]
         chinese = translate(text)
-        if chinese == text and re.search(r"[A-Za-z]{3}", text):
+        if chinese == text:
             return f'{m[1]}<span lang="en">{m[2]}</span>{m[3]}'
         return m[1] + html.escape(chinese, quote=False) + m[3]
 

@@ -61,13 +61,17 @@ class CheckResult:
         cls = "tl-check-pass" if self.passed else "tl-check-fail"
         mark = "✓" if self.passed else "✗"
         message = _CODE.sub(lambda m: f"<code>{m[1]}</code>", html.escape(self.message))
-        if self.passed and (n := _MATCHES.fullmatch(self.message)):
-            chinese = f"在全部 {n[1]} 个用例上与参考答案一致" if n[1] != "1" else "在这个用例上与参考答案一致"
+        if self.passed:
+            n = _MATCHES.match(self.message)
+            chinese = ("通过了全部检查" if n is None else "在这个用例上与参考答案一致" if n[1] == "1"
+                       else f"在全部 {n[1]} 个用例上与参考答案一致")
             message = bilingual(message, chinese)
         return f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: {message}</div>'
 
 
-_MATCHES = re.compile(r"matches the reference on (?:all )?(\d+) cases?")
+_MATCHES = re.compile(r"matches the reference on (?:all )?(\d+) (?:cases?|stacks?)")
+"""A passing verdict's usual message; on a Chinese page its details (which cases) are left out, and any other
+passing message reads "passed every check"."""
 
 
 _NOT_WRITTEN = "not written yet"
