@@ -1,9 +1,9 @@
 """The mini-GPT (chapter 8): a decoder-only Transformer assembled from the book's components.
 
     x_0 = E[idx] + P                            token embedding (ch. 1) + positions (learned, or ch. 6)
-    x_{l+½} = x_l + drop(MHA(LN(x_l), causal))  our attention (ch. 1), LayerNorm (ch. 7), causal mask (ch. 6)
-    x_{l+1} = x_{l+½} + MLP(LN(x_{l+½}))        our GELU MLP (ch. 4), dropout on its output inside
-    logits = LN(x_L) Eᵀ                         the head tied to the embedding (ch. 1, 2)
+    x_{l-½} = x_{l-1} + drop(MHA(LN(x_{l-1}), causal))  our attention (ch. 1), LayerNorm (ch. 7), causal mask (ch. 6)
+    x_l = x_{l-½} + MLP(LN(x_{l-½}))                    our GELU MLP (ch. 4), dropout on its output inside
+    logits = LN(x_L) Eᵀ                                 the head tied to the embedding (ch. 1, 2); l = 1, ..., L
 
 The blocks use the chapters' modules in their fast form (:mod:`transformer_lab.fast`): the same parameters and
 numbers, fewer passes over memory. Generation (:meth:`GPT.generate`) keeps a key/value cache, so each new token
