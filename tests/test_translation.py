@@ -69,6 +69,7 @@ WRONG = {
     "term not as in the glossary": RIGHT.replace("词元", "标记"),
     "untranslated": "",
     "English copied": ENGLISH,
+    "ASCII quotation marks": RIGHT.replace("的损失", "的\"损失\""),
 }
 
 

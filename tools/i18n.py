@@ -200,7 +200,8 @@ def seed_misquotes(msgstr: str) -> list[str]:
 
 def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None = None) -> list[str]:
     """What is wrong with one translation: untranslated, or a math, code, target, link or number of the English
-    lost or changed, or an enforced term not rendered as the glossary says, or the seed quoted in other words."""
+    lost or changed, or an enforced term not rendered as the glossary says, ASCII quotation marks, or the seed
+    quoted in other words."""
     if not msgstr:
         return ["not translated"]
     if is_math(msgid):
@@ -226,6 +227,8 @@ def problems(msgid: str, msgstr: str, terms: list[tuple[str, str, bool]] | None 
             out.append(f"the term “{en}” is rendered “{zh}” in this book (locales/zh_CN/glossary.tsv)")
     out += [f"“{v}”: this book writes “{zh}” (locales/zh_CN/glossary.tsv)" for v, zh in variants().items()
             if v in msgstr]
+    if '"' in dst["prose"]:  # Sphinx's smart quotes turn "…" into ”…” on a Chinese page
+        out.append('ASCII quotation marks "…": write Chinese ones “…”')
     return out + seed_misquotes(msgstr)
 
 
