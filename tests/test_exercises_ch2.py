@@ -348,6 +348,9 @@ def _limit_all_tokens(z, T):  # uniform over every token, -inf ones included
     return temperature_limit(z, T) if T == 0 else torch.full_like(z, 1 / z.shape[-1])
 
 
+_ALIAS_SOFTMAX = getattr(torch.special, "soft" + "max")  # torch.softmax under a name assembled at run time
+
+
 CATALOGUE = {
     "stable_softmax": {
         "wrong": [
@@ -361,7 +364,11 @@ CATALOGUE = {
             (lambda z: stable_softmax(z).sum(-1), ["shape"]),
             (_softmax_float32, ["differs in", "case 1", "float32 round-off", "float64"]),
             (_softmax_no_keepdim, ["raised RuntimeError", "case 2", "keepdim=True"]),
-            (lambda z: torch.softmax(z, 1 if z.dim() > 1 else 0), ["differs in", "case 9", "dim=-1"]),  # review 3
+            (lambda z: torch.softmax(z, 1 if z.dim() > 1 else 0), ["ForbiddenCall", "torch.softmax"]),
+            (lambda z: torch.softmax(z, -1), ["ForbiddenCall", "torch.softmax", "write yourself"]),
+            (lambda z: z.softmax(-1), ["ForbiddenCall", "torch.softmax"]),
+            (lambda z: _ALIAS_SOFTMAX(z, -1), ["ForbiddenCall", "torch.softmax"]),
+            (lambda z: torch.log_softmax(z, -1).exp(), ["ForbiddenCall", "log_softmax"]),
             (_softmax_batch_sum, ["differs in", "case 2", "whole batch"]),
             (_softmax_epsilon, ["differs in", "case 1"]),
         ],

@@ -101,11 +101,11 @@ def lse_mean_shift(x):
 
 
 def lse_float32(x):  # a float32 result for float64 logits
-    return torch.logsumexp(x.float(), dim=-1)
+    return lse_max_values(x.float())
 
 
 def lse_float32_step(x):  # converted back, but computed in float32
-    return torch.logsumexp(x.float(), dim=-1).to(x.dtype)
+    return lse_max_values(x.float()).to(x.dtype)
 
 
 def lse_keepdim(x):
@@ -448,6 +448,9 @@ def tr_from_module(trick):  # the checker's own table, as a lecturer's key would
     return {"floating point": "Floating point", "optimisation": "optimisation", "neither": "other"}[ch7.TRICKS[trick]]
 
 
+_ALIAS_LSE = getattr(torch.special, "logsum" + "exp")  # torch.logsumexp under a name assembled at run time
+
+
 CATALOGUE = {
     "overflow_point": {
         "wrong": [
@@ -470,6 +473,9 @@ CATALOGUE = {
             (lse_mean_shift, ["huge logits"]),
             (lse_keepdim, ["has shape (1,), expected ()", "squeeze(-1)"]),
             (lse_global_max, ["rows of very different sizes", "its own maximum"]),
+            (lambda x: torch.logsumexp(x, -1), ["ForbiddenCall", "torch.logsumexp", "write yourself"]),
+            (lambda x: _ALIAS_LSE(x, -1), ["ForbiddenCall", "torch.logsumexp"]),
+            (lambda x: (x - torch.log_softmax(x, -1))[..., 0], ["ForbiddenCall", "log_softmax"]),
         ],
         "right": [lse_logaddexp, lse_max_values],
     },
@@ -483,6 +489,11 @@ CATALOGUE = {
             (ln_one_pass, ["float32 rows with a large mean", "two passes", "near 1e6", "|diff|"]),
             (ln_wrong_dim, ["unit weight, zero bias", "differs in", "dim=-1"]),
             (lambda x: x, ["should take 4 argument(s), in this order: (x, weight, bias, eps)"]),
+            (lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps), ["ForbiddenCall", "F.layer_norm"]),
+            (lambda x, w, b, eps, f=torch.nn.functional.layer_norm: f(x, (x.shape[-1],), w, b, eps),
+             ["ForbiddenCall", "nn.LayerNorm"]),
+            (lambda x, w, b, eps: torch.ops.aten.native_layer_norm(x, [x.shape[-1]], w, b, eps)[0],
+             ["ForbiddenCall", "aten.native_layer_norm"]),
         ],
         "right": [ln_var_mean, ln_einsum],
     },
@@ -495,6 +506,9 @@ CATALOGUE = {
             (var_std, ["float64 rows", "differs in", "not its square root"]),
             (var_float64, ["constant rows", "must have x's dtype (float32), got float64", ".to(x.dtype)"]),
             (var_welford, ["float32 with a large mean", "Welford", "grow with mean / spread"]),
+            (lambda x: torch.var(x, -1, correction=0), ["ForbiddenCall", "torch.var", "write yourself"]),
+            (lambda x: torch.var_mean(x, -1, correction=0)[0], ["ForbiddenCall", "torch.var_mean", "!Hint"]),
+            (lambda x: x.std(-1, correction=0) ** 2, ["ForbiddenCall", "torch.std"]),
         ],
         "right": [var_sum_of_squares, var_shifted_data],
     },

@@ -242,3 +242,17 @@ def test_check_expression_hints_whatever_the_mistake_names_its_parameters():
     result = check_expression("bias", lambda beta1, t: beta1**t, lambda beta1, t: 1 - beta1**t,
                               [{"beta1": beta, "t": t}], hints=[(lambda b, n: b**n, "1 minus that")])
     assert result.message.endswith("Hint: 1 minus that"), result.message
+
+
+def test_forbidden_operators_raise_inside_the_block_only():
+    """An exercise's forbidden operator raises by any route inside ``forbidding``, and works again after it."""
+    from transformer_lab.exercises.forbid import FORBIDDEN, SOFTMAX, ForbiddenCall, forbidding
+
+    z = torch.randn(3, 4)
+    with forbidding(SOFTMAX):
+        assert dict(FORBIDDEN.get()) == SOFTMAX
+        for route in (lambda: torch.softmax(z, -1), lambda: z.softmax(-1), lambda: torch.nn.Softmax(-1)(z)):
+            with pytest.raises(ForbiddenCall, match=r"torch\.softmax"):
+                route()
+        torch.exp(z - z.amax(-1, keepdim=True))  # what an answer by hand uses stays allowed
+    assert FORBIDDEN.get() == () and torch.softmax(z, -1).shape == z.shape

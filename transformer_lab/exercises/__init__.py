@@ -20,7 +20,7 @@ import inspect
 import math
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from transformer_lab.exercises.forbid import forbidding
 from transformer_lab.page import bilingual
 
 CHAPTERS = {1: "ch1", 2: "ch2", 3: "ch3", 4: "ch4", 5: "ch5", 6: "ch6", 7: "ch7", 8: "ch8"}
@@ -196,13 +197,16 @@ def _integer_mismatch(got: Any, expected: Any, what: str) -> str | None:
 
 
 def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable[dict], *,
-                   atol: float = 1e-6, rtol: float = 1e-5, compare: Callable | None = None) -> CheckResult:
+                   atol: float = 1e-6, rtol: float = 1e-5, compare: Callable | None = None,
+                   forbidden: Mapping[str, str] | None = None) -> CheckResult:
     """Call ``fn`` and ``reference`` on each case and compare the results.
 
     A case is a dict of the reference's arguments by name; ``fn`` gets them by position, so a student's function
     passes whatever it names its parameters (only the reference's keyword-only parameters go by name).
     ``compare(got, expected) -> str | None`` replaces :func:`describe_difference` where an exercise needs its
     own notion of "equal" (e.g. a sample's statistics). Inputs are cloned so ``fn`` cannot change them.
+    ``forbidden`` names the PyTorch operators the exercise asks the student to write: they raise while ``fn``
+    runs (:mod:`transformer_lab.exercises.forbid`).
     """
     if not callable(fn):
         return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
@@ -223,8 +227,9 @@ def check_function(name: str, fn: Callable, reference: Callable, cases: Iterable
         shown = ", ".join(f"{k}={_short(v)}" for k, v in case.items()) or "no arguments"
         try:
             args = _clone(case)  # by position, in the reference's order: the student may name them as they like
-            got = fn(*(args[p] for p in params if p in args and p not in keyword),
-                     **{p: args[p] for p in keyword if p in args})
+            with forbidding(forbidden):
+                got = fn(*(args[p] for p in params if p in args and p not in keyword),
+                         **{p: args[p] for p in keyword if p in args})
         except NotImplementedError:
             return CheckResult(name, False, "not written yet: replace `raise NotImplementedError` with your code")
         except Exception as exc:  # a student's bug: report it, do not crash the notebook

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import torch
 
 from transformer_lab.exercises import CheckResult, check_function, generator, randn
+from transformer_lab.exercises.forbid import SOFTMAX
 from transformer_lab.sampling import filter_logits
 from transformer_lab.softmax import log_softmax
 from transformer_lab.softmax import softmax as _softmax
@@ -140,7 +141,7 @@ _SOFTMAX_MISTAKES: list[Mistake] = [
 def check_stable_softmax(fn) -> CheckResult:
     """``stable_softmax(z)``: softmax over the last dimension that survives logits of ±1000 in any position."""
     return _check("stable_softmax", fn, _softmax_reference, _softmax_cases(), _SOFTMAX_MISTAKES,
-                  atol=1e-12, rtol=1e-10)
+                  atol=1e-12, rtol=1e-10, forbidden=SOFTMAX)
 
 
 def _jacobian_reference(z):

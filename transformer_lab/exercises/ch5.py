@@ -17,12 +17,9 @@ computed through :func:`_hint`, so a hint that cannot be computed on a strange a
 
 from __future__ import annotations
 
-import inspect
-import io
 import itertools
 import math
 import numbers
-import tokenize
 from collections import Counter
 
 import sympy as sp
@@ -31,6 +28,7 @@ import torch
 from transformer_lab import information as info
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises import CheckResult, check_expression, check_function, describe_difference, generator
+from transformer_lab.exercises.forbid import CROSS_ENTROPY
 
 _CLOSE = " — close but not exact: did you add an eps inside the log? torch.special.xlogy makes 0 · log 0 = 0 exactly"
 
@@ -132,39 +130,8 @@ def check_cross_entropy_from_logits(fn) -> CheckResult:
          "targets": torch.tensor([1, 2])},  # rows far apart: one max for the whole batch underflows row 2
     ]
     slips = [(_ref_cross_entropy(**c), _ce_slips(**c)) for c in cases]
-    result = check_function("cross_entropy_from_logits", fn, _ref_cross_entropy, cases,
-                            compare=_compare_ce_with(slips))
-    called = _forbidden_calls(fn)
-    if result.passed and called:
-        return CheckResult(result.name, False, f"the values match, but the function calls {', '.join(called)}: "
-                                               "write the log-sum-exp shift yourself (max, exp, sum, log)")
-    return result
-
-
-_FORBIDDEN = {"cross_entropy", "logsumexp", "log_softmax", "nll_loss", "CrossEntropyLoss", "NLLLoss", "LogSoftmax"}
-
-
-def _forbidden_calls(fn) -> list[str]:
-    """The library loss functions and modules that ``fn``'s source calls: a forbidden name followed by "(".
-
-    Read from Python's tokens, not with ``ast``: a lambda's source is the line(s) around it, not always a whole
-    statement. Strings (docstrings included) and comments are tokens of their own, so a name inside them never
-    counts. [] where no source is available.
-    """
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):  # a builtin, or a function made by exec
-        return []
-    called, previous = set(), None
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.string == "(" and tok.type == tokenize.OP and previous and previous.type == tokenize.NAME:
-                called.add(previous.string)
-            if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
-                previous = tok
-    except (tokenize.TokenError, SyntaxError):  # the fragment around a lambda ends inside brackets: keep what was read
-        pass
-    return sorted(called & _FORBIDDEN)
+    return check_function("cross_entropy_from_logits", fn, _ref_cross_entropy, cases,
+                          compare=_compare_ce_with(slips), forbidden=CROSS_ENTROPY)
 
 
 # ---------------------------------------------------------------- 2. KL divergence

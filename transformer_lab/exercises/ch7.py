@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lab.exercises import CheckResult, check_expression, check_function, describe_difference, generator
+from transformer_lab.exercises.forbid import LAYER_NORM, LOGSUMEXP, VARIANCE
 
 D = torch.float64
 
@@ -59,9 +60,10 @@ def _worst_ratio_error(fn, reference, cases, factor=lambda case: 1.0) -> float:
 
 
 def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float, shape_hint: str,
-            same_dtype: bool = False) -> CheckResult:
+            same_dtype: bool = False, forbidden: dict[str, str] | None = None) -> CheckResult:
     """Run ``check_function`` group by group; a failure names the group and adds its hint (``shape_hint`` when
-    the output has the wrong shape, whatever the group). ``same_dtype`` also requires the reference's dtype.
+    the output has the wrong shape, whatever the group). ``same_dtype`` also requires the reference's dtype;
+    ``forbidden`` names the PyTorch operators the exercise asks for by hand (they raise while ``fn`` runs).
 
     A group is ``(label, cases, hint)`` or ``(label, cases, hint, {"atol": ..., "rtol": ...})``; a hint is a
     string, or a function ``hint(fn, cases) -> str`` that looks at the answer to name the mistake."""
@@ -69,9 +71,9 @@ def _groups(name: str, fn, reference, groups, *, atol: float, rtol: float, shape
     for label, cases, hint, *tol in groups:
         tol = {"atol": atol, "rtol": rtol, **(tol[0] if tol else {})}
         compare = _same_dtype(**tol) if same_dtype else None
-        result = check_function(name, fn, reference, cases, compare=compare, **tol)
+        result = check_function(name, fn, reference, cases, compare=compare, forbidden=forbidden, **tol)
         if not result.passed:
-            if result.message.startswith(("not written yet", "expected a function")) or (
+            if result.message.startswith(("not written yet", "expected a function", "raised ForbiddenCall")) or (
                     " should take " in result.message and "argument(s), in this order" in result.message):
                 return result
             if result.message.startswith("output has shape"):
@@ -205,7 +207,7 @@ def check_stable_logsumexp(fn) -> CheckResult:
          "a fully masked row is an empty sum, LSE = log 0 = -inf; but its maximum is -inf and -inf - (-inf) is NaN: "
          "shift such a row by 0 instead (m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)))"),
     ]
-    return _groups("stable_logsumexp", fn, _ref_logsumexp, groups, atol=1e-9, rtol=1e-9,
+    return _groups("stable_logsumexp", fn, _ref_logsumexp, groups, forbidden=LOGSUMEXP, atol=1e-9, rtol=1e-9,
                    shape_hint="sum over the last dimension and drop it: x (..., n) gives (...); a keepdim=True "
                               "step needs a .squeeze(-1) at the end")
 
@@ -281,7 +283,7 @@ def check_layer_norm_rows(fn) -> CheckResult:
          _large_mean_hint("1e6", 1e3),
          {"atol": 1e-3, "rtol": 1e-4}),  # float32: a two-pass answer is within 2e-4 of float64, one pass is not
     ]
-    return _groups("layer_norm_rows", fn, _ref_layer_norm, groups, atol=1e-8, rtol=1e-8,
+    return _groups("layer_norm_rows", fn, _ref_layer_norm, groups, forbidden=LAYER_NORM, atol=1e-8, rtol=1e-8,
                    shape_hint="the output has the shape of x; keep the reduced dimension (keepdim=True) for the "
                               "mean and variance so they broadcast over the C features")
 
@@ -315,7 +317,8 @@ def check_two_pass_variance(fn) -> CheckResult:
                                        {"x": (torch.rand(2, 500, generator=g, dtype=D) * 0.01 + 300.0).float()}],
          _large_mean_hint("1e8", 1e4)),
     ]
-    return _groups("two_pass_variance", fn, _ref_variance, groups, atol=1e-7, rtol=1e-4, same_dtype=True,
+    return _groups("two_pass_variance", fn, _ref_variance, groups, forbidden=VARIANCE, atol=1e-7, rtol=1e-4,
+                   same_dtype=True,
                    shape_hint="average over the last dimension and drop it: x (..., n) gives (...); keep the "
                               "dimension only for the mean you subtract")
 
