@@ -10,7 +10,26 @@ from conftest import ROOT
 GUIDE = " ".join((ROOT / "book" / "course-guide.md").read_text(encoding="utf8").split())
 
 
-def test_problem_1_softmax_jacobian_and_cross_entropy_gradient():
+def test_problem_1_a_transformer_is_not_a_stack_of_linear_maps():
+    C, c = 2, sp.Symbol("c", real=True)
+    x, b1, b2 = (sp.Matrix(1, C, sp.symbols(f"{s}0:{C}")) for s in ("x", "b1_", "b2_"))
+    W1, W2 = (sp.Matrix(C, C, sp.symbols(f"{s}0:{C * C}")) for s in ("u", "w"))
+    assert ((x * W1 + b1) * W2 + b2 - (x * (W1 * W2) + (b1 * W2 + b2))).expand() == sp.zeros(1, C)  # one affine map
+
+    def f(X, Wq, Wk, Wv):  # attention with the softmax deleted and no biases; d_k = the columns of Wq
+        return (X * Wq) * (X * Wk).T * (X * Wv) / sp.sqrt(Wq.cols)
+
+    X = sp.Matrix(3, C, sp.symbols("X0:6"))  # T = 3 positions
+    W = [sp.Matrix(C, C, sp.symbols(f"{s}0:{C * C}")) for s in ("q", "k", "v")]
+    assert (f(c * X, *W) - c**3 * f(X, *W)).expand() == sp.zeros(3, C)  # homogeneous of degree 3
+    one = lambda v: f(sp.Matrix([[v]]), *[sp.ones(1, 1)] * 3)[0]  # noqa: E731 - T = C = d_k = 1, every W = 1
+    assert sp.expand(one(sp.Symbol("s")) - sp.Symbol("s") ** 3) == 0
+    assert (one(1), one(2), one(1) + one(1)) == (1, 8, 2)  # f(1 + 1) ≠ f(1) + f(1) and f(2·1) ≠ 2 f(1)
+    assert r"x(W_1W_2) + (b_1W_2 + b_2)" in GUIDE and "$f(cX) = c^3 f(X)$" in GUIDE
+    assert "$f(1) = 1$ and $f(2) = 8$, but $f(1) + f(1) = 2$" in GUIDE
+
+
+def test_problem_2_softmax_jacobian_and_cross_entropy_gradient():
     n = 4
     z = sp.symbols("z0:4", real=True)
     S = sum(sp.exp(zk) for zk in z)
@@ -24,7 +43,7 @@ def test_problem_1_softmax_jacobian_and_cross_entropy_gradient():
     assert r"p_i(\delta_{ij} - p_j)" in GUIDE and "the gradient is $p - e_y$" in GUIDE
 
 
-def test_problem_2_adam_first_moment_closed_form():
+def test_problem_3_adam_first_moment_closed_form():
     beta, g = sp.symbols("beta_1 g", real=True)
     t = sp.symbols("t", integer=True, positive=True)
     m = lambda t: (1 - beta**t) * g  # noqa: E731 - the closed form the solution states
@@ -35,21 +54,24 @@ def test_problem_2_adam_first_moment_closed_form():
     assert r"m_t = (1 - \beta_1^t)\,g" in GUIDE
 
 
-def test_problem_3_variance_of_a_dot_product():
-    from sympy.stats import E, Normal, variance
-
-    Q, K = Normal("Q", 0, 1), Normal("K", 0, 1)
-    assert E(Q * K) == 0 and sp.simplify(variance(Q * K)) == 1  # one product: mean 0, variance 1
-    d = sp.symbols("d_k", integer=True, positive=True)
-    assert sp.Sum(1, (sp.Symbol("i"), 1, d)).doit() == d  # d_k independent products: variances add
-    assert r"\operatorname{Var}(q\cdot k) = d_k" in GUIDE
-
-
-def test_problem_4_causal_pairs():
-    n, i = sp.symbols("n i", integer=True, positive=True)
-    assert sp.simplify(sp.Sum(i, (i, 1, n)).doit() - n * (n + 1) / 2) == 0
-    assert 256 * 257 // 2 == 32_896 and 256**2 == 65_536 and round(257 / 512, 3) == 0.502
-    assert "32,896 of 65,536" in GUIDE and r"257/512 \approx 0.502" in GUIDE
+def test_problem_4_backward_through_a_tiny_relu_network():
+    x, b1, w2 = sp.Matrix(sp.symbols("x0:2")), sp.Matrix(sp.symbols("c0:2")), sp.Matrix(sp.symbols("v0:2"))
+    W1, b2, t = sp.Matrix(2, 2, sp.symbols("u0:4")), sp.Symbol("b2"), sp.Symbol("t")
+    h = W1 * x + b1
+    a = h.applyfunc(lambda e: sp.Max(0, e))
+    y = (w2.T * a)[0] + b2
+    loss = (y - t) ** 2 / 2
+    values = dict(zip([*x, *W1, *b1, *w2, b2, t], [1, 2, 1, 1, 1, -2, 0, 1, 2, 1, 0, 4], strict=True))
+    at = lambda e: sp.sympify(e).subs(values)  # noqa: E731 - the problem's numbers
+    assert list(h.subs(values)) == [3, -2] and list(a.subs(values)) == [3, 0] and at(y) == 6 and at(loss) == 2
+    grad = lambda M: M.applyfunc(lambda e: at(sp.diff(loss, e)))  # noqa: E731 - differentiated directly
+    assert list(grad(w2)) == [6, 0] and grad(W1) == sp.Matrix([[4, 8], [0, 0]]) and list(grad(x)) == [4, 4]
+    assert list(grad(b1)) == [4, 0]  # ∂L/∂h = ∂L/∂b1: the ReLU mask (1, 0) blocks the second unit
+    delta = sp.Matrix([4, 0])
+    assert grad(W1) == delta * x.T.subs(values) and grad(x) == W1.T.subs(values) * delta  # δxᵀ and W1ᵀδ
+    assert r"$h = (1 + 2 + 0,\ 1 - 4 + 1) = (3, -2)$" in GUIDE and r"\tfrac12(6 - 4)^2 = 2$" in GUIDE
+    assert r"(4, 2) \odot (1, 0) = (4, 0)$" in GUIDE and r"W_1^\top\delta = (4, 4)$" in GUIDE
+    assert r"with rows $(4, 8)$ and $(0, 0)$" in GUIDE and r"= 2a = (6, 0)$" in GUIDE
 
 
 def test_problem_5_bits_and_perplexity():
@@ -153,12 +175,12 @@ def test_written_derivation_prompts_name_existing_sympy_functions():
     assert "**Rubric.** Each derivation is marked out of 20 points." in visible and "**3a. Heavy ball" in visible
     answers = [b for b in _instructor_blocks(text) if "Written derivations: model answers" in b]
     assert len(answers) == 1 and all(f"- **{n}.**" in answers[0] for n in
-                                     ("1a", "1b", "2", "3a", "3b", "4", "5a", "5b", "6a", "6b", "7", "8a", "8b"))
+                                     ("1a", "1b", "2", "3a", "3b", "4", "5a", "5b", "6a", "6b", "7a", "7b", "8a", "8b"))
     assert "Written derivations: model answers" not in visible
 
 
 def test_written_derivation_model_answers_match_sympy():
-    from transformer_lab.derivations import ch3, ch4, ch5, ch6, ch8
+    from transformer_lab.derivations import ch3, ch4, ch5, ch6, ch7, ch8
 
     hb = ch3.heavy_ball_quadratic()
     b = hb["beta"]
@@ -177,6 +199,11 @@ def test_written_derivation_model_answers_match_sympy():
     assert dict(ch5.cross_entropy_minimum(3))["λ (from Σ q = 1)"] == sp.Add(*sp.symbols("p_1:4", positive=True))
     assert dict(ch6.rope_relative())["score - qᵀ Rot((n-m)θ) k"] == 0
     assert r"q^\top\operatorname{Rot}((n - m)\theta)k" in GUIDE
+    score = ch7.dot_product_variance()
+    d_k, s_q, s_k = score["symbols"]
+    assert score["term_mean"] == 0 and score["covariance_of_two_terms"] == 0
+    assert sp.simplify(score["variance"] - d_k * s_q**2 * s_k**2) == 0 and score["unit_scaled_variance"] == 1
+    assert r"$\operatorname{Var}(q\cdot k) = d_k\sigma_q^2\sigma_k^2$" in GUIDE
     V, T, L, C = sp.symbols("V T n_layer C", positive=True, integer=True)
     counted = ch8.param_count()
     named = {str(s): s for s in counted.free_symbols}
