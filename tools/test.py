@@ -5,7 +5,9 @@
 Building the book executes its pages one after another, on one core. The tests that need no built site (every
 page executed again as another machine would, the student notebooks, the compiled and interrupted trainings) run
 meanwhile on the other cores; once both editions are built, the rest of the suite (the website in Chromium, the
-PDF, the translation) runs on every core. With one worker everything runs in turn: the build, then the suite. The output
+PDF, the translation) runs on every core, each process with one thread (``OMP_NUM_THREADS=1`` unless set): several
+torch processes that each spin up a thread per core slow one another down many times over on a loaded machine.
+With one worker everything runs in turn: the build, then the suite. The output
 of the tests that ran beside the build is printed when they end. The exit status is non-zero when the build or
 any test failed.
 """
@@ -43,6 +45,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 4),
                     help="test processes in all (default: one per core, at most four)")
     workers = max(1, ap.parse_args(argv).workers)
+    if workers > 1:  # one process per core: a second torch thread in each would only contend for the same cores
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     t0 = time.perf_counter()
     if workers == 1:
         status = build() or subprocess.run(pytest([], 1), cwd=ROOT).returncode
