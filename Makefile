@@ -40,8 +40,8 @@ student: $(READY)
 # Debian's Chromium drives the browser tests and prints the PDF (never `playwright install`); a CJK font draws the
 # Chinese epigraphs in screenshots and the PDF.
 chromium:
-	@command -v chromium >/dev/null && fc-list :lang=zh family | grep -q . || \
-		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fonts-noto-cjk; }
+	@command -v chromium >/dev/null && command -v bwrap >/dev/null && fc-list :lang=zh family | grep -q . || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium fonts-noto-cjk bubblewrap; }
 
 # The whole book as one PDF, printed from the built site by the same Chromium (about a minute).
 pdf: book chromium

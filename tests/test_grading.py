@@ -233,3 +233,26 @@ def test_an_answer_fitted_to_the_public_cases_fails_the_hidden_ones(tmp_path):
     hidden = {r.name: r for r in grading.grade(1, tmp_path / "fitted.py", hidden="k")}
     assert not hidden["attention"].passed and "hidden cases fail" in hidden["attention"].message
     assert hidden["split_heads"].passed and "hidden cases" in hidden["split_heads"].message
+
+
+def test_without_bwrap_check_refuses_unless_unsafe_and_the_key_stays_off_the_command_line(tmp_path, monkeypatch,
+                                                                                         capsys):
+    from transformer_lab import cli
+
+    (tmp_path / "alice.py").write_text(RIGHT)
+    monkeypatch.setattr(grading, "sandbox_available", lambda: False)
+    assert cli.main(["check", "1", str(tmp_path / "alice.py")]) == 2
+    assert "bwrap (bubblewrap) is not installed" in capsys.readouterr().err
+    with pytest.raises(grading.SandboxUnavailable):
+        grading.grade(1, tmp_path / "alice.py")
+    assert cli.main(["check", "1", str(tmp_path / "alice.py"), "--unsafe"]) == 0
+    assert "warning: --unsafe" in capsys.readouterr().err
+    assert cli.main(["check", "1", str(tmp_path / "alice.py"), "--hidden", "k"]) == 2
+    assert "--hidden-file" in capsys.readouterr().err
+
+
+def test_csv_cells_are_cut_keyless_and_never_a_formula():
+    assert grading.csv_cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
+    assert grading.csv_cell("-1+2") == "'-1+2" and grading.csv_cell("@x") == "'@x" and grading.csv_cell("+x") == "'+x"
+    assert grading.csv_cell("the key is s3cret!", "s3cret") == "the key is [the key]!"
+    assert len(grading.csv_cell("x" * 5000)) == grading.MESSAGE_CHARS

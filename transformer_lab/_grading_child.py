@@ -1,20 +1,29 @@
-"""The student's side of grading (:mod:`transformer_lab.grading`), run as
+"""The student's side of grading (:mod:`transformer_lab.grading`), run in the sandbox as a standalone file
 
-    python -I -m transformer_lab._grading_child FD_IN FD_OUT MEMORY_MB
+    python -I -S /sandbox/grader/_grading_child.py FD_IN FD_OUT MEMORY_MB [nproc=N] [uid=U] [path=DIR ...]
 
-It limits its own memory and file sizes, forgets the book's package (the student's code cannot import it, nor
-find it among the loaded modules), runs the submission's cells (a cell that raises is recorded and skipped, as
-"Run all" would show it), then answers calls by name until the grader closes the pipe.
+(next to it ``_wire.py``, the only other file of the package there), or without the sandbox (``check --unsafe``)
+as ``python -I -m transformer_lab._grading_child FD_IN FD_OUT MEMORY_MB``. It adds the ``path=`` folders (the
+read-only site-packages: torch, NumPy, SymPy) to ``sys.path``, gives up root for ``uid=U`` when the sandbox
+started it as root, limits its own memory, file sizes and processes, forgets the book's package (the student's
+code cannot import it, nor find it among the loaded modules), runs the submission's cells (a cell that raises is
+recorded and skipped, as "Run all" would show it), then answers calls by name until the grader closes the pipe.
 """
 
 from __future__ import annotations
 
 import builtins
+import os
 import resource
 import signal
 import sys
 
-from transformer_lab import _wire
+if __package__:  # python -m transformer_lab._grading_child (check --unsafe)
+    from transformer_lab import _wire
+else:  # the sandbox: this file and _wire.py, bound read-only under /sandbox/grader
+    sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))] + [
+        a[5:] for a in sys.argv[4:] if a.startswith("path=")]
+    import _wire
 
 MAX_FILE_BYTES = 16 * 2**20  # anything the submission writes, its printed output included
 
@@ -34,13 +43,25 @@ def _describe(exc: BaseException) -> str:
     return str(exc)[:500]
 
 
-def main(fd_in: int, fd_out: int, memory_mb: int) -> int:
+def _drop_root(uid: int) -> None:
+    """The sandbox started as root (a grader run by root): become ``uid`` (no file of ours, no capability), so that
+    the process limit counts (the kernel never applies RLIMIT_NPROC to root)."""
+    if os.getuid() == 0 and uid:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+
+
+def main(fd_in: int, fd_out: int, memory_mb: int, nproc: int = 0, uid: int = 0) -> int:
+    _drop_root(uid)
     memory = memory_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+    if nproc:  # a fork bomb stops at nproc processes and threads (counted in the sandbox's user namespace)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit raises OSError instead of killing
     receive, send, encode, decode = _wire.receive, _wire.send, _wire.encode, _wire.decode
-    for name in [n for n in sys.modules if n == "transformer_lab" or n.startswith("transformer_lab.")]:
+    for name in [n for n in sys.modules if n in ("transformer_lab", "_wire") or n.startswith("transformer_lab.")]:
         del sys.modules[name]
     sys.meta_path.insert(0, _NoBookPackage())
 
@@ -80,4 +101,6 @@ def main(fd_in: int, fd_out: int, memory_mb: int) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
+    options = dict(a.split("=", 1) for a in sys.argv[4:] if a.startswith(("nproc=", "uid=")))
+    raise SystemExit(main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                          nproc=int(options.get("nproc", 0)), uid=int(options.get("uid", 0))))

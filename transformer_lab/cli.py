@@ -26,15 +26,19 @@ CHECK_HELP = """Grade answers to the exercises of chapter N.
 
 A submission is a Python file (.py), a notebook (.ipynb) or a chapter in MyST Markdown (.md)
 that defines one function per exercise of the chapter, named as in the chapter's exercise
-cells (chapter 2: stable_softmax, softmax_jacobian_at, ...). It runs in a separate process
-(a time limit per exercise, a memory limit, a scratch folder, the book's package not
-importable); each answer is compared with ours on fixed cases, and a missing, unfinished,
-hanging or crashing one fails with a message saying what went wrong.
+cells (chapter 2: stable_softmax, softmax_jacobian_at, ...). It runs in a bubblewrap sandbox
+(bwrap: no network, no other files than Python's, nothing of the book's package, its own
+scratch folder; a time, memory, output and process limit); each answer is compared with ours
+on fixed cases, and a missing, unfinished, hanging or crashing one fails with a message
+saying what went wrong. Without bwrap, check refuses to grade unless given --unsafe.
 The exit status is 0 only when every exercise passes.
 
 Grade a folder of submissions (one file per student) into one CSV:
     python -m transformer_lab check N submissions/ --csv grades.csv
-Add the hidden cases (other inputs, drawn from your secret key) with --hidden KEY.
+The exit status is 0 when every submission could be graded (wrong answers included), 1 when
+one could not (its process ended, hung or hit a limit: see its messages in the CSV).
+Add the hidden cases (other inputs, drawn from your secret key) with --hidden-file KEYFILE
+(or --hidden-file - to read the key from standard input): never on the command line.
 
 Get a blank answers file to fill in with:  python -m transformer_lab check N --template
 (it writes answers-chN.py, one stub per exercise, and never overwrites a file)."""
@@ -66,16 +70,39 @@ def _check(args: argparse.Namespace) -> int:
     problem = (_positive("memory_mb", args.memory_mb) or
                (f"--timeout must be a positive number of seconds, got {args.timeout}"
                 if not (math.isfinite(args.timeout) and args.timeout > 0) else None) or
-               ("--hidden needs a non-empty key" if args.hidden == "" else None))
+               ("--hidden needs a file now: --hidden-file KEYFILE, or --hidden-file - to read the key from standard "
+                "input (a key on the command line can be read by other processes)" if args.hidden is not None
+                else None))
     if problem:
         return _fail(problem)
-    path, limits = Path(args.answers), dict(timeout=args.timeout, memory_mb=args.memory_mb, hidden=args.hidden)
+    key = None
+    if args.hidden_file is not None:
+        try:
+            key = (sys.stdin.readline() if args.hidden_file == "-" else
+                   Path(args.hidden_file).read_text(encoding="utf-8")).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            return _fail(f"--hidden-file: cannot read the key: {exc}")
+        if not key:
+            return _fail("--hidden-file: the key is empty")
+    unsafe = not grading.sandbox_available()
+    if unsafe:
+        if not args.unsafe:
+            return _fail("bwrap (bubblewrap) is not installed, so a submission cannot be sandboxed and nothing was "
+                         "graded: install it (apt-get install bubblewrap), or pass --unsafe to grade without it")
+        print("warning: --unsafe: grading without the sandbox; a submission can read your files and the key, and "
+              "change other submissions", file=sys.stderr)
+    path = Path(args.answers)
+    limits = dict(timeout=args.timeout, memory_mb=args.memory_mb, hidden=key, unsafe=unsafe)
     try:
         if path.is_dir():
             out = Path(args.csv or f"grades-ch{args.chapter}.csv")
             rows = grading.grade_folder(args.chapter, path, out, **limits)
             print(grading.summary(rows))
             print(f"wrote {out}: {len(rows)} rows (student, exercise, passed, message)")
+            if rows.ungraded:
+                print(f"could not grade {len(rows.ungraded)} submission(s) on every exercise (its process ended, "
+                      f"hung or hit a limit; see the CSV): {', '.join(rows.ungraded)}")
+                return 1
             return 0
         if path.is_file() and path.stat().st_size > MAX_ANSWERS_BYTES:
             return _fail(f"{path} is {path.stat().st_size:,} bytes; a submission is at most "
@@ -593,8 +620,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds the student's code may take per exercise (default 10)")
     p.add_argument("--memory-mb", type=int, default=4096,
                    help="memory limit of the student's process, in MiB (default 4096)")
-    p.add_argument("--hidden", metavar="KEY", default=None,
-                   help="also grade on the hidden cases drawn from KEY, your secret (default: public cases only)")
+    p.add_argument("--hidden-file", metavar="KEYFILE", default=None,
+                   help="also grade on the hidden cases drawn from the key in KEYFILE, your secret, or read from "
+                        "standard input with - (default: public cases only)")
+    p.add_argument("--hidden", default=None, help=argparse.SUPPRESS)  # the key on the command line: refused
+    p.add_argument("--unsafe", action="store_true",
+                   help="grade without the bubblewrap sandbox when bwrap is missing (a submission can then read "
+                        "your files)")
     p.add_argument("--csv", default=None,
                    help="for a folder: the CSV to write (default grades-chN.csv in the current folder)")
     p.set_defaults(func=_check)
