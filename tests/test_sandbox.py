@@ -126,3 +126,22 @@ def test_a_folder_of_attacks_in_the_sandbox(tmp_path, capsys):
     assert "TL_HIDDEN_KEY" not in msg["environ", "attention"]
     assert KEY not in printed
     print("\n".join(f"{s}: {msg[s, e]}" for s, (_, e, _) in ATTACKS.items()))
+
+
+def test_a_forbidden_builtin_raises_in_the_sandbox_by_any_route(tmp_path):
+    """An exercise's forbidden operator (chapter 7's torch.logsumexp) raises where the graded code runs, whatever
+    route reaches it; the same answer written by hand passes."""
+    routes = {"direct": "torch.logsumexp(x, dim=-1)", "alias": "getattr(torch.special, 'logsum' + 'exp')(x, -1)",
+              "distribution": "x[..., 0] - torch.distributions.Categorical(logits=x).logits[..., 0]"}
+    by_hand = ("m = x.amax(-1, keepdim=True).nan_to_num(neginf=0.0)\n"
+               "    return (m + (x - m).exp().sum(-1, keepdim=True).log()).squeeze(-1)")
+    for name, body in {**routes, "by_hand": by_hand}.items():
+        body = body if name == "by_hand" else "return " + body
+        (tmp_path / f"{name}.py").write_text(f"import torch\n\n\ndef stable_logsumexp(x):\n    {body}\n")
+    for name in [*routes, "by_hand"]:
+        verdict = next(r for r in grading.grade(7, tmp_path / f"{name}.py") if r.name == "stable_logsumexp")
+        if name == "by_hand":
+            assert verdict.passed, verdict.message
+        else:
+            assert not verdict.passed and "ForbiddenCall" in verdict.message and "torch.logsumexp" in verdict.message, (
+                name, verdict.message)

@@ -2,7 +2,8 @@
 
     python -I -S /sandbox/grader/_grading_child.py FD_IN FD_OUT MEMORY_MB [nproc=N] [uid=U] [path=DIR ...]
 
-(next to it ``_wire.py``, the only other file of the package there), or without the sandbox (``check --unsafe``)
+(next to it ``_wire.py`` and
+``exercises/forbid.py``, the only other files of the package there), or without the sandbox (``check --unsafe``)
 as ``python -I -m transformer_lab._grading_child FD_IN FD_OUT MEMORY_MB``. It adds the ``path=`` folders (the
 read-only site-packages: torch, NumPy, SymPy) to ``sys.path``, gives up root for ``uid=U`` when the sandbox
 started it as root, limits its own memory, file sizes and processes, forgets the book's package (the student's
@@ -20,10 +21,12 @@ import sys
 
 if __package__:  # python -m transformer_lab._grading_child (check --unsafe)
     from transformer_lab import _wire
-else:  # the sandbox: this file and _wire.py, bound read-only under /sandbox/grader
+    from transformer_lab.exercises.forbid import forbidding
+else:  # the sandbox: this file, _wire.py and forbid.py, bound read-only under /sandbox/grader
     sys.path[:0] = [os.path.dirname(os.path.abspath(__file__))] + [
         a[5:] for a in sys.argv[4:] if a.startswith("path=")]
     import _wire
+    from forbid import forbidding
 
 MAX_FILE_BYTES = 16 * 2**20  # anything the submission writes, its printed output included
 
@@ -91,9 +94,11 @@ def main(fd_in: int, fd_out: int, memory_mb: int, nproc: int = 0, uid: int = 0) 
             names = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("__"))
             send(fd_out, ("loaded", names, errors))
         elif message[0] == "call":
-            _, name, args, kwargs = message
+            _, name, args, kwargs, forbidden = message
             try:
-                value = namespace[name](*decode(args, callback), **decode(kwargs, callback))
+                args, kwargs = decode(args, callback), decode(kwargs, callback)
+                with forbidding(dict(forbidden)):  # the operators the exercise asks the student to write
+                    value = namespace[name](*args, **kwargs)
                 reply = ("ok", encode(value))
             except BaseException as exc:
                 reply = ("raised", type(exc).__name__, _describe(exc))

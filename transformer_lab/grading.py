@@ -40,6 +40,7 @@ from typing import Any
 
 from transformer_lab._wire import decode, encode, receive, send
 from transformer_lab.exercises import CheckResult, hidden_cases, registry
+from transformer_lab.exercises.forbid import FORBIDDEN
 
 DEFAULT_TIMEOUT = 10.0  # seconds of the child's time per exercise
 DEFAULT_MEMORY_MB = 4096  # the child's address-space limit (torch itself maps about 1 GiB)
@@ -138,8 +139,8 @@ def sandbox_command(fd_in: int, fd_out: int, memory_mb: int) -> list[str]:
             args += ["--tmpfs", f"{inner}/{package.relative_to(d)}"]
         for hook in Path(d).glob("__editable__*transformer_lab*"):
             args += ["--ro-bind", "/dev/null", f"{inner}/{hook.name}"]
-    for name in ("_grading_child.py", "_wire.py"):
-        args += ["--ro-bind", str(package / name), f"/sandbox/grader/{name}"]
+    for name in ("_grading_child.py", "_wire.py", "exercises/forbid.py"):
+        args += ["--ro-bind", str(package / name), f"/sandbox/grader/{Path(name).name}"]
     args += ["--setenv", "HOME", "/submission", "--setenv", "TMPDIR", "/submission", "--setenv", "PATH",
              "/usr/bin:/bin", "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "LANG", "C.UTF-8", "--remount-ro", "/"]
     uid = [f"uid={200000 + os.getpid() % 100000}"] if root else []  # one unused uid per grader process
@@ -209,12 +210,14 @@ class Child:
         reply = self._exchange(("load", cells), time.monotonic() + load_timeout, what="running the submission")
         self.names, self.cell_errors = set(reply[1]), reply[2]
 
-    def call(self, name: str, args: tuple, kwargs: dict, budget: float) -> Any:
-        """``name(*args, **kwargs)`` in the child, within what is left of ``budget`` seconds for this exercise."""
+    def call(self, name: str, args: tuple, kwargs: dict, budget: float, forbidden: tuple = ()) -> Any:
+        """``name(*args, **kwargs)`` in the child, within what is left of ``budget`` seconds for this exercise, with
+        the PyTorch operators ``forbidden`` ((operator, name) pairs, :mod:`transformer_lab.exercises.forbid`)
+        raising there while it runs."""
         if self.failure:
             raise SubmissionFailed(self.failure)
         callbacks: list[Callable] = []
-        message = ("call", name, encode(args, callbacks), encode(kwargs, callbacks))
+        message = ("call", name, encode(args, callbacks), encode(kwargs, callbacks), tuple(forbidden))
         start = time.monotonic()
         try:
             reply = self._exchange(message, start + max(budget - self.used, 0.0), what=f"{name}(...)",
@@ -342,8 +345,8 @@ def grade(chapter: int, path: str | Path, *, timeout: float = DEFAULT_TIMEOUT, m
 
 
 def _run_checker(name: str, checker: Callable, child: Child, timeout: float) -> CheckResult:
-    def student(*args, **kwargs):
-        return child.call(name, args, kwargs, timeout)
+    def student(*args, **kwargs):  # what the checker forbids while it calls (check_function) is forbidden there
+        return child.call(name, args, kwargs, timeout, FORBIDDEN.get())
 
     student.__name__ = student.__qualname__ = name
     child.used = 0.0
