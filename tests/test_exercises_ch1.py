@@ -98,6 +98,45 @@ def _attention_mask_backwards(query, key, value, mask=None):  # nn.MultiheadAtte
     return torch.softmax(s, dim=-1) @ value
 
 
+def _attention_masked(query, key, value, mask=None, fill=-math.inf, after=False, renormalise=False):
+    """Attention with a masking slip: a finite fill value, or the mask applied to the weights after the softmax
+    (renormalised or not)."""
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None and not after:
+        s = s.masked_fill(~mask, fill)
+    w = torch.softmax(s, -1)
+    if mask is not None and after:
+        w = w * mask
+        w = w / w.sum(-1, keepdim=True) if renormalise else w
+    return w @ value
+
+
+def _attention_heads_into_batch(query, key, value, mask=None):  # bmm over (B·H), the mask tiled with .repeat
+    *lead, T_q, d = query.shape
+    q, k, v = query.reshape(-1, T_q, d), key.reshape(-1, *key.shape[-2:]), value.reshape(-1, *value.shape[-2:])
+    s = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(d)
+    if mask is not None:
+        m = mask.reshape(-1, *mask.shape[-2:])  # (B, T_q, T_k)
+        s = s.masked_fill(~m.repeat(s.shape[0] // m.shape[0], 1, 1), -math.inf)  # b·H + h gets mask (b·H + h) % B
+    return (torch.softmax(s, -1) @ v).reshape(*lead, T_q, -1)
+
+
+def _attention_mask_indexed(query, key, value, mask=None):  # scores[..., ~mask]: right for a (T_q, T_k) mask only
+    s = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        s[..., ~mask] = -math.inf
+    return torch.softmax(s, -1) @ value
+
+
+def _attention_heads_into_batch_right(query, key, value, mask=None):  # bmm over (B·H), the mask broadcast first
+    *lead, T_q, d = query.shape
+    q, k, v = query.reshape(-1, T_q, d), key.reshape(-1, *key.shape[-2:]), value.reshape(-1, *value.shape[-2:])
+    s = torch.bmm(q, k.transpose(1, 2)) / math.sqrt(d)
+    if mask is not None:
+        s = s.masked_fill(~mask.expand(*lead, T_q, k.shape[1]).reshape(s.shape), -math.inf)
+    return (torch.softmax(s, -1) @ v).reshape(*lead, T_q, -1)
+
+
 def _numpy_unscaled_by_hand():  # forgot 1/√d_k, computed in NumPy
     A, O = _by_hand_with(scale=1.0)
     return A.numpy(), O.numpy()
@@ -144,8 +183,21 @@ CATALOGUE = {
             (_attention_naive_exp, ["case 6", "NaN", "overflows", "subtract each row's maximum"]),  # e^S / Σ e^S
             (lambda query, key, value, mask=None: attention(query.float(), key.float(), value.float(), mask),
              ["differs", "case 1", "torch.float32", "compute in the inputs' dtype, float64"]),  # right, in float32
+            (lambda query, key, value, mask=None: _attention_masked(query, key, value, mask, after=True),
+             ["case 3", "the mask acts on the scores, before the softmax", "no longer sum to 1"]),  # weights zeroed
+            (lambda query, key, value, mask=None: _attention_masked(query, key, value, mask, after=True,
+                                                                    renormalise=True),
+             ["case 7", "NaN", "0/0", "before the softmax, not its weights after it"]),  # zeroed, renormalised
+            (lambda query, key, value, mask=None: _attention_masked(query, key, value, mask, fill=-1e9),
+             ["case 7", "finite fill such as -1e9", "fill with -inf", "!overflows"]),  # leaks on huge scores
+            (lambda query, key, value, mask=None: _attention_masked(query, key, value, mask, fill=-1e4),
+             ["case 7", "masked keys take the weight"]),
+            (_attention_heads_into_batch, ["case 8", "one per sequence, shared by its heads", ".repeat"]),
+            (_attention_mask_indexed, ["raised IndexError", "case 8", "not by indexing (scores[..., ~mask])"]),
         ],
-        "right": [_attention_einsum, _attention_stable_by_hand,
+        "right": [_attention_einsum, _attention_stable_by_hand, _attention_heads_into_batch_right,
+                  lambda query, key, value, mask=None: _attention_masked(query, key, value, mask,
+                                                                         fill=torch.finfo(query.dtype).min),
                   lambda query, key, value, mask=None: F.scaled_dot_product_attention(query, key, value,
                                                                                       attn_mask=mask)],
     },

@@ -351,6 +351,11 @@ def _limit_all_tokens(z, T):  # uniform over every token, -inf ones included
 _ALIAS_SOFTMAX = getattr(torch.special, "soft" + "max")  # torch.softmax under a name assembled at run time
 
 
+
+def _limit_keep(keep, z):  # 1/k on the k kept tokens
+    keep = keep.to(z.dtype)
+    return keep / keep.sum(-1, keepdim=True)
+
 CATALOGUE = {
     "stable_softmax": {
         "wrong": [
@@ -418,6 +423,8 @@ CATALOGUE = {
             (lambda logits, tokens: _picked(torch.log_softmax(logits, -1), tokens).mean(-1),
              ["differs in", "case 1"]),  # the mean over positions, not the sum
             (_shifted_alignment, ["differs in", "case 1", "scores tokens[..., t]"]),
+            (lambda logits, tokens: torch.log(_picked(torch.softmax(logits, -1), tokens).prod(-1)),
+             ["case 3", "-inf", "product of the probabilities underflows", "!exp(z) overflows"]),  # log Π p
             (lambda logits, tokens: -sequence_log_prob(logits, tokens), ["differs in", "case 1", "sign is flipped"]),
             (_seq_float32, ["differs in", "case 1", "float32 round-off"]),
             (_seq_raw_logits, ["differs in", "case 1", "raw logits", "log_softmax"]),
@@ -453,6 +460,20 @@ CATALOGUE = {
             (_limit_at_extreme_t, ["differs in", "case 8", "no finite t reaches the limit"]),
             (lambda z, T: torch.softmax(z / (1e-12 if T == 0 else 1e12), -1), ["case 8", "no finite t"]),
             (_limit_isclose_ties, ["differs in", "case 7", "not tied", "exactly (==)"]),
+            (lambda z, T: torch.softmax(z / T, -1), ["NaN", "case 1", "softmax(z / T) at T itself",
+                                                     "!argmax"]),  # divides by T = 0
+            (lambda z, T: _limit_keep(z == z.max(), z) if T == 0 else temperature_limit(z, T),
+             ["case 3", "NaN", "the whole tensor, z.max()", "amax(dim=-1, keepdim=True)"]),  # one global maximum
+            (lambda z, T: (z == z.amax(-1, keepdim=True)).to(z.dtype) / z.shape[-1] if T == 0
+             else temperature_limit(z, T), ["case 1", "not by the vocabulary size V", "!float32"]),
+            (lambda z, T: torch.isfinite(z).to(z.dtype) / z.shape[-1] if T != 0 else temperature_limit(z, T),
+             ["case 6", "not by the vocabulary size V", "!-inf has probability 0"]),  # counts the -inf tokens
+            (lambda z, T: _limit_keep((z.amax(-1, keepdim=True) - z).abs() < 1e-12, z) if T == 0
+             else temperature_limit(z, T),
+             ["case 8", "0 and 5e-324 are not tied", "merges near-equal logits with a tolerance",
+              "!no finite t reaches"]),  # ties up to 1e-12: right everywhere but the 5e-324 gap
+            (lambda z, T: torch.softmax((z - z.amax(-1, keepdim=True)) / 1e-300, -1) if T == 0
+             else temperature_limit(z, T), ["case 8", "no finite t reaches", "!merges"]),  # t = 1e-300 at T = 0
         ],
         "right": [_limit_by_softmax_of_mask, _limit_loop],
     },

@@ -83,6 +83,13 @@ def _ln(r_of):
     return fn
 
 
+def _ln_one_pass(grad_out, x, eps):  # σ² = mean(x²) − μ²: cancels when the mean is far above the spread
+    mu = x.mean(-1, keepdim=True)
+    r = 1 / torch.sqrt((x * x).mean(-1, keepdim=True) - mu**2 + eps)
+    xhat = (x - mu) * r
+    return r * (grad_out - grad_out.mean(-1, keepdim=True) - xhat * (grad_out * xhat).mean(-1, keepdim=True))
+
+
 def _gelu(du_factor=3 * C, scale=K, sech2=lambda t: 1 - t**2):
     """GELU_tanh′ with a typo in u′ = scale·(1 + du_factor·x²) or in sech² u."""
     def fn(x):
@@ -283,6 +290,36 @@ def cd_autograd(f, x, h):
     return torch.autograd.grad(f(x), x)[0]
 
 
+
+def cd_plus_left(f, x, h):  # the minus point on a copy, the plus step left in x: x[i] stays at x[i] + h
+    g = torch.zeros_like(x)
+    for i in range(x.numel()):
+        x.view(-1)[i] += h
+        up = f(x)
+        x_minus = x.clone()
+        x_minus.view(-1)[i] -= 2 * h
+        g.view(-1)[i] = (up - f(x_minus)) / (2 * h)
+    return g
+
+
+def cd_aliased(f, x, h):  # x_plus = x and x_minus = x: one tensor, so the −h step undoes the +h step
+    g = torch.zeros_like(x)
+    for i in range(x.numel()):
+        x_plus = x
+        x_plus.view(-1)[i] += h
+        up = f(x_plus)
+        x_minus = x
+        x_minus.view(-1)[i] -= h
+        g.view(-1)[i] = (up - f(x_minus)) / (2 * h)
+    return g
+
+
+def _softmax_then_log(logits, targets, nll=False):  # autograd through log(softmax(z)): two steps, NaN at p = 0
+    z = logits.clone().requires_grad_()
+    log_p = torch.log(torch.softmax(z, -1))
+    loss = F.nll_loss(log_p, targets) if nll else -log_p.gather(-1, targets[:, None]).mean()
+    return torch.autograd.grad(loss, z)[0]
+
 CATALOGUE = {
     "linear_grads": {
         "wrong": [
@@ -337,6 +374,10 @@ CATALOGUE = {
              ["differs", "the sign is flipped", "p − y", "!mean over"]),  # y − p
             (lambda logits, targets: (torch.log_softmax(logits, -1) - F.one_hot(targets, logits.shape[-1]))
              / len(targets), ["differs"]),  # log p instead of p
+            (_softmax_then_log, ["NaN", "case 3", "log(softmax(z))", "one-step log_softmax",
+                                 "!each row by its own largest logit"]),  # the two-step route, through autograd
+            (lambda logits, targets: _softmax_then_log(logits, targets, nll=True),
+             ["NaN", "case 3", "log(0) = -inf", "!one shift for the whole tensor"]),
         ],
         "right": [_softmax_one_hot, _softmax_logsumexp],
     },
@@ -349,9 +390,10 @@ CATALOGUE = {
             (_ln(lambda v, e: 1 / v.sqrt()), ["differs", "case 1", NOT_RIGHT, "ε is left out"]),  # ε forgotten
             (_ln_mean_gx, ["differs", "!unbiased", "!ε is"]),
             (lambda grad_out, x, eps: layer_norm_grad(grad_out.float(), x.float(), eps),
-             ["your result is torch.float32", "the formula looks right", "!constant"]),
+             ["your result is torch.float32", "compute in float64", "!constant", "!one-pass"]),  # wrong on case 5
             (lambda grad_out, x, eps: layer_norm_grad(grad_out, x, eps) * torch.sqrt(
                 x.var(-1, unbiased=False, keepdim=True) + eps), ["differs"]),  # forgot the factor r
+            (_ln_one_pass, ["case 5", "mean 10⁶ and spread 1", "one-pass variance", "two passes", "!float32"]),
         ],
         "right": [_ln_jacobian, _ln_centered],
     },
@@ -371,7 +413,10 @@ CATALOGUE = {
         "wrong": [(cd_forward, ["differs", "one-sided difference", "O(h)"]),
                   (cd_by_h, ["differs", "divide by 2h, not h"]),
                   (cd_together, ["differs", "one entry at a time"]),
-                  (cd_unrestored, ["differs", "case 2", "put each entry back"]),
+                  (cd_unrestored, ["differs", "case 2", "put each entry back", "!divide by", "!one-sided"]),
+                  (cd_plus_left, ["differs", "case 2", "left at x[i] + h", "x.clone()", "!one-sided"]),
+                  (cd_aliased, ["differs", "case 1", "the same tensor as x", "not x − h eᵢ", "!divide by 2h",
+                                "!one-sided"]),
                   (cd_autograd, ["differs", "exact derivative", "O(h²)"]),
                   (lambda f, x, h: cd_eye(f, x, h).flatten(), ["shape (6,), expected (2, 3)"]),
                   (lambda f, x, h: cd_eye(f, x.float(), h), ["differs", "float32"])],

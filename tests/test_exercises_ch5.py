@@ -424,6 +424,13 @@ CATALOGUE = {
                                                                "subtract H(p)"]),
             (lambda p, q: torch.zeros(p.shape[:-1], dtype=p.dtype), ["differs", "case 1"]),  # used to crash a hint
             (lambda p, q: torch.nan_to_num((p * (p.log() - q.log())).sum(-1)), ["differs", "case 3"]),
+            (lambda p, q: (torch.special.xlogy(p, p) - torch.special.xlogy(p, q.clamp_min(1e-12))).sum(-1),
+             ["case 5", "q_i = 0 < p_i", "KL(p ‖ q) = +inf", "not a finite number", "do not clamp q"]),
+            (lambda p, q: torch.where((p > 0) & (q > 0), p * (p / q).log(), torch.zeros_like(p)).sum(-1),
+             ["case 5", "+inf", "not a finite number", "drop the terms"]),  # skips the terms where q = 0
+            (lambda p, q: torch.nan_to_num(kl_div(p, q), posinf=0.0), ["case 5", "not a finite number"]),
+            (lambda p, q: kl_div(p, q).where(kl_div(p, q).isfinite(), torch.tensor(math.nan, dtype=p.dtype)),
+             ["case 5", "NaN", "+inf", "not NaN"]),  # an undefined divergence reported as NaN
         ],
         "right": [_kl_where, _kl_torch],
     },

@@ -246,6 +246,40 @@ def _eq_one_swap(layer, x):  # one fixed swap of the first two tokens: blind to 
     return torch.allclose(layer(x[perm]), layer(x)[perm])
 
 
+def _eq_swap_last_two(layer, x):  # one fixed swap of the last two tokens: blind to a marker on the first one
+    perm = [*range(x.shape[0] - 2), x.shape[0] - 1, x.shape[0] - 2]
+    return torch.allclose(layer(x[perm]), layer(x)[perm])
+
+
+def _eq_roll(layer, x):  # one cyclic shift (and its powers): blind to a layer that wraps around
+    return all(torch.allclose(layer(x.roll(k, 0)), layer(x).roll(k, 0)) for k in range(1, x.shape[0]))
+
+
+def _eq_flip(layer, x):  # the reversed order only: blind to a pattern that reads the same backwards
+    return torch.allclose(layer(x.flip(0)), layer(x).flip(0))
+
+
+def _eq_swap_ends(layer, x):  # the first and the last token swapped
+    perm = [x.shape[0] - 1, *range(1, x.shape[0] - 1), 0]
+    return torch.allclose(layer(x[perm]), layer(x)[perm])
+
+
+def _eq_one_cycle(layer, x):  # one 3-cycle of the first two tokens and the last
+    perm = [1, x.shape[0] - 1, *range(2, x.shape[0] - 1), 0]
+    return torch.allclose(layer(x[perm]), layer(x)[perm])
+
+
+def _eq_one_seeded_random(layer, x):  # "a random permutation", but the same one every time
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(1))
+    return torch.allclose(layer(x[perm]), layer(x)[perm])
+
+
+def _eq_generators(layer, x):  # a swap and a cyclic shift generate every permutation: testing both suffices
+    perms = [[1, 0, *range(2, x.shape[0])], [*range(1, x.shape[0]), 0]]
+    out = layer(x)
+    return all(torch.allclose(layer(x[p]), out[p], rtol=1e-4, atol=1e-6) for p in perms)
+
+
 def _eq_float64_tolerance(layer, x):  # a float64-sized tolerance, too strict for float32 rounding
     out = layer(x)
     return all(torch.allclose(layer(x[list(p)]), out[list(p)], rtol=0, atol=1e-12)
@@ -591,11 +625,45 @@ def _layers_numpy_ints(n, d):
     return {"attention": (np.int64(4 * n * d * d + 2 * n * n * d), 1, 1), "recurrent": (np.int64(2 * n * d * d), n, n)}
 
 
+
+def _sin_columns(n_pos, d_model, exponent):  # column j is sin (even j) or cos (odd j) of pos / 10000^exponent(j)
+    j = torch.arange(d_model)
+    angle = torch.arange(n_pos, dtype=torch.float64)[:, None] / 10000.0 ** exponent(j).double()
+    return torch.where(j % 2 == 0, angle.sin(), angle.cos())
+
+
+def _rope_freq(x, exponent):  # interleaved RoPE with pair i's frequency 10000^(-exponent(i, d))
+    T, d = x.shape
+    omega = 10000.0 ** (-exponent(torch.arange(d // 2, dtype=torch.float64), d))
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * omega
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()), -1).flatten(1)
+
+
+def _rope_neox(x):  # the rotate_half layout: pair i is (x_i, x_{i + d/2})
+    T, d = x.shape
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    cos, sin = torch.cat((angle.cos(), angle.cos()), 1), torch.cat((angle.sin(), angle.sin()), 1)
+    return x * cos + torch.cat((-x[:, d // 2:], x[:, : d // 2]), 1) * sin
+
+
+def _alibi_slopes(T, slope, n_head):  # m_h = slope(h, H) for h = 1 … H, times j - i
+    h = torch.arange(1, n_head + 1, dtype=torch.float64)
+    return slope(h, n_head)[:, None, None] * (torch.arange(T)[None, :] - torch.arange(T)[:, None])
+
 CATALOGUE = {
     "sinusoidal": {
-        "wrong": [(_sin_cos_first, ["differs", "worst at"]), (_sin_exponent_i_over_d, ["differs", "worst at"]),
-                  (_sin_blocks, ["differs", "worst at"]), (_sin_positions_from_1, ["differs", "case 1"]),
-                  (_sin_one_column_short, ["shape"])],
+        "wrong": [(_sin_cos_first, ["differs", "worst at", "sin and cos are swapped"]),
+                  (_sin_exponent_i_over_d, ["differs", "worst at", "not 10000^(-i/d)"]),
+                  (_sin_blocks, ["differs", "worst at", "interleave"]),
+                  (_sin_positions_from_1, ["differs", "case 1", "positions start at 0"]),
+                  (_sin_one_column_short, ["shape"]),
+                  (lambda n_pos, d_model: _sin_columns(n_pos, d_model, lambda j: j / d_model),
+                   ["case 1", "share one frequency", "not its own index"]),  # pos / 10000^(j/d), j the column
+                  (lambda n_pos, d_model: _sin_columns(n_pos, d_model, lambda j: 2 * j / d_model),
+                   ["case 1", "i counts pairs, not columns"]),  # pos / 10000^(2j/d), j the column
+                  (lambda n_pos, d_model: _sin_columns(n_pos, d_model, lambda j: -2 * (j // 2) / d_model),
+                   ["case 2", "do not multiply"])],  # pos · 10000^(2i/d)
         "right": [_sin_numpy, _sin_div_term],
     },
     "rotation_for_offset": {
@@ -605,8 +673,13 @@ CATALOGUE = {
         "right": [_rot_block_diag, _rot_solved, _rot_float32_angles],
     },
     "rope": {
-        "wrong": [(_rope_clockwise, ["differs"]), (_rope_from_1, ["differs", "case 1"]),
-                  (_rope_half_split, ["case 2"]), (_rope_one_frequency, ["case 2", "differs"])],
+        "wrong": [(_rope_clockwise, ["differs", "turns the wrong way"]),
+                  (_rope_from_1, ["differs", "case 1", "positions start at 0"]),
+                  (_rope_half_split, ["case 2"]), (_rope_one_frequency, ["case 2", "differs", "its own frequency"]),
+                  (_rope_neox, ["case 2", "not the two halves", "rotate_half"]),
+                  (lambda x: _rope_freq(x, lambda i, d: i / d), ["case 2", "not 10000^(-i/d)"]),
+                  (lambda x: _rope_freq(x, lambda i, d: 4 * i / d), ["case 2", "i counts pairs", "10000^(-4i/d)"]),
+                  (lambda x: _rope_freq(x, lambda i, d: 2 * (i + 1) / d), ["case 1", "pairs count from i = 0"])],
         "right": [_rope_complex, _rope_matrices, _rope_float32_llama],
     },
     "kv_causal_mask": {
@@ -629,7 +702,14 @@ CATALOGUE = {
                   (lambda T, n_head: alibi(T, n_head).flip(0), ["reverse order", "steepest slope 2^{-8/H} = 2^{-1}"]),
                   (lambda T, n_head: alibi(T, n_head, slopes_for=8), ["case 2", "H = 4", "not 2^{-h}"]),
                   (lambda T, n_head: alibi(T, n_head, first_h=0), ["first slope is 2^{-8/H}"]),
-                  (_alibi_abs, ["differs"]), (_alibi_last_dim_heads, ["shape"]),
+                  (_alibi_abs, ["differs", "not -m_h·|j - i|"]), (_alibi_last_dim_heads, ["shape"]),
+                  (lambda T, n_head: _alibi_slopes(T, lambda h, H: h * 2.0 ** (-8 / H), n_head),
+                   ["case 1", "geometric", "not h·2^{-8/H}"]),  # arithmetic slopes
+                  (lambda T, n_head: _alibi_slopes(T, lambda h, H: 2.0 ** (-8 / h), n_head),
+                   ["case 1", "not 2^{-8/h}"]),
+                  (lambda T, n_head: _alibi_slopes(T, lambda h, H: 2.0 ** (-h / H), n_head),
+                   ["case 1", "the factor 8"]),
+                  (lambda T, n_head: alibi(T, n_head).abs(), ["case 1", "not |j - i|"]),  # offsets |j - i|
                   (_alibi_causal, ["leave the mask out", "applied separately"])],
         "right": [_alibi_loops, _alibi_numpy],
     },
@@ -649,14 +729,22 @@ CATALOGUE = {
         "right": [_rs_matrix_form, _rs_complex],
     },
     "is_equivariant": {
-        "wrong": [(_eq_invariance, ["case 1 of 7", "the answer is False, expected True", "that is invariance"]),
-                  (_eq_exact, ["case 1 of 7", "within a tolerance"]),
+        "wrong": [(_eq_invariance, ["case 1 of 13", "the answer is False, expected True", "that is invariance"]),
+                  (_eq_exact, ["case 1 of 13", "within a tolerance"]),
                   (_eq_one_swap, ["marker added to the last position", "not one fixed swap"]),
                   (_eq_float64_tolerance, ["attention in float32", "too strict"]),
-                  (_eq_inverse_order, ["case 1 of 7", "not with the inverse order"]),
-                  (lambda layer, x: True, ["causal mask (case 2 of 7)", "keys 0 … i only"]),
-                  (_eq_tensor, ["must be a bool", "Tensor"])],
-        "right": [_eq_permutation_matrices, _eq_random_perms],
+                  (_eq_inverse_order, ["case 1 of 13", "not with the inverse order"]),
+                  (lambda layer, x: True, ["causal mask (case 2 of 13)", "keys 0 … i only"]),
+                  (_eq_tensor, ["must be a bool", "Tensor"]),
+                  (_eq_swap_last_two, ["marker added to token 0 (case 8 of 13)", "the answer is True",
+                                       "leaves token 0 in place", "not one fixed swap"]),
+                  (_eq_roll, ["ring 0-1-2-3 (case 11 of 13)", "the answer is True, expected False",
+                              "a cyclic shift, torch.roll", "not one fixed swap, shift"]),
+                  (_eq_flip, ["ring 0-1-2-3", "the answer is True", "the reversed order", "or reversal"]),
+                  (_eq_swap_ends, ["marker added to token 1 (case 9 of 13)", "leaves token 1 in place"]),
+                  (_eq_one_cycle, ["marker added to token 2 (case 10 of 13)", "leaves token 2 in place"]),
+                  (_eq_one_seeded_random, ["the answer is True, expected False", "not one fixed swap"])],
+        "right": [_eq_permutation_matrices, _eq_random_perms, _eq_generators],
     },
     "score_drift": {
         "wrong": [(_drift_pe_only, ["expected 10.", "cross terms"]),

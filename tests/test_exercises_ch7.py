@@ -52,6 +52,13 @@ def layer_norm_backward(x, g, eps):
 
 
 # ---------------------------------------------------------------- typical wrong answers
+def lnb_one_pass(x, g, eps):  # sigma^2 = mean(x^2) - mu^2: cancels when the mean is far above the spread
+    mean = x.mean(dim=-1, keepdim=True)
+    r = torch.rsqrt((x**2).mean(dim=-1, keepdim=True) - mean**2 + eps)
+    xhat = (x - mean) * r
+    return r * (g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True))
+
+
 def op_largest_term(pattern, dtype):
     return math.log(torch.finfo(dtype).max)  # where e^a alone overflows
 
@@ -521,6 +528,7 @@ CATALOGUE = {
             (lnb_sample_variance, ["g = xhat, eps = 0", "not C - 1"]),
             (lnb_sums, ["g constant over the features", "differs in"]),
             (lnb_eps_outside, ["eps > 0", "inside the square root"]),
+            (lnb_one_pass, ["rows with a large mean", "one-pass sigma^2", "two passes"]),
         ],
         "right": [lnb_jacobian, lnb_sums_over_C],
     },

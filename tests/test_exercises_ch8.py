@@ -305,6 +305,10 @@ def _same_numpy(a, b):
     return bool(np.max(np.abs(a - b)) <= 500 * np.finfo(b.dtype).eps * max(1.0, np.max(np.abs(b))))
 
 
+def _same_eps_tolerance(a, b, k):  # a tolerance of k ε times the logits' scale
+    return a.shape == b.shape and bool((a - b).abs().max() <= k * torch.finfo(b.dtype).eps * max(1.0, b.abs().max()))
+
+
 def _same_bitwise(a, b):  # too strict: round-off is a difference
     return torch.equal(a, b)
 
@@ -425,6 +429,22 @@ def _probs_strict_nucleus(logits, temperature, top_k, top_p):
     if top_p is not None:
         sorted_p, order = torch.sort(p, dim=-1, descending=True)
         drop = torch.cumsum(sorted_p, -1) > top_p
+        drop[..., 0] = False
+        p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+    return p / p.sum(-1, keepdim=True)
+
+
+def _probs_nucleus_one_more(logits, temperature, top_k, top_p):  # the drop mask shifted right twice
+    z = logits / temperature
+    if top_k is not None:
+        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
+    p = torch.softmax(z, -1)
+    if top_p is not None:
+        sorted_p, order = torch.sort(p, dim=-1, descending=True)
+        drop = torch.cumsum(sorted_p, -1) > top_p
+        drop[..., 1:] = drop[..., :-1].clone()  # keep the token that crosses top_p ...
+        drop[..., 0] = False
+        drop[..., 1:] = drop[..., :-1].clone()  # ... and, shifted once more, the one after it
         drop[..., 0] = False
         p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
     return p / p.sum(-1, keepdim=True)
@@ -644,8 +664,16 @@ CATALOGUE = {
             (_same_no_shape_check, ["on case 6", "raised RuntimeError"]),
             (_same_tolerance_1e_9, ["on case 2", "answered False"]),
             (_same_tensor_answer, ["on case 1", "one bool", "got Tensor"]),
+            (lambda a, b: _same_eps_tolerance(a, b, 1e5), ["on case 8", "answered True, expected False",
+                                                          "0.797884561, 9 digits", "tiny real bug", "no more"]),
+            (lambda a, b: _same_eps_tolerance(a, b, 1e6), ["on case 8", "answered True"]),  # 10⁶ ε: far too loose
+            (lambda a, b: a.shape == b.shape and torch.allclose(
+                a, b, rtol=0, atol=1e-10 if a.dtype == torch.float64 else 1e-6),
+             ["on case 8", "answered True", "loose tolerance (1e-10"]),  # a fixed atol per dtype: 1e-10 in float64
+            (lambda a, b: _same_eps_tolerance(a, b, 2), ["on case 7", "answered False, expected True",
+                                                        "too strict"]),  # round-off of one or two ε only
         ],
-        "right": [_same_allclose, _same_numpy],
+        "right": [_same_allclose, _same_numpy, lambda a, b: _same_eps_tolerance(a, b, 300)],
     },
     "ladder_gains": {
         "wrong": [
@@ -700,7 +728,9 @@ CATALOGUE = {
     "next_char_probs": {
         "wrong": [
             (_probs_times_tau, ["on case 1", "differs", "do not multiply"]),
-            (_probs_strict_nucleus, ["differs", "the token that crosses p is kept"]),
+            (_probs_strict_nucleus, ["differs", "one token too small", "the token that crosses p is kept",
+                                     "!too large"]),
+            (_probs_nucleus_one_more, ["on case 1", "differs", "one token too large", "!too small"]),
             (_probs_not_renormalised, ["differs", "renormalise"]),
             (_probs_top_p_first, ["on case 1", "differs", "apply the temperature first"]),
             (_probs_top_k_plus_one, ["on case 2", "differs", "exactly k = 4 here, not 5"]),

@@ -89,6 +89,33 @@ def _attention_cases(seed: int = 0):
     yield {"query": randn(gen, 1, 1, 4), "key": randn(gen, 1, 1, 4), "value": randn(gen, 1, 1, 4)}
     # scores of order 10³: e^S overflows float64 (past S ≈ 709.8), so only a max-shifted softmax stays finite
     yield {"query": randn(gen, 2, 3, 4) * 40, "key": randn(gen, 2, 5, 4) * 40, "value": randn(gen, 2, 5, 3)}
+    yield _huge_masked_case(gen)
+    # one mask per sequence, shared by its 3 heads: (B, 1, T_q, T_k) broadcast against the scores (B, H, T_q, T_k)
+    mask = torch.rand(2, 1, 4, 6, generator=gen) > 0.5
+    mask[..., 0, :] = False  # the first query of each sequence sees one key only, another in each sequence
+    mask[0, ..., 0, 1] = mask[1, ..., 0, 4] = mask[..., 1:, 2] = True
+    yield {"query": randn(gen, 2, 3, 4, 8), "key": randn(gen, 2, 3, 6, 8), "value": randn(gen, 2, 3, 6, 5),
+           "mask": mask}
+
+
+_HUGE_CASE = 7  # the case whose scores are all below -10¹¹, the masked keys' among the largest
+_HEADS_CASE = 8  # the case whose mask (B, 1, T_q, T_k) is one per sequence, shared by its heads
+
+
+def _huge_masked_case(gen: torch.Generator) -> dict:
+    """Scores of order -10¹²: every key points along u, every query against it, so each row's scores are all
+    hugely negative, and the largest score of every row (key 0's, the shortest key) is masked. A finite fill such
+    as -1e9 is then *above* every visible score and the masked keys take the weight; a mask applied after the
+    softmax zeroes the only weight that did not underflow (0/0 on renormalising)."""
+    u = randn(gen, 4)
+    u = u / u.norm()
+    size = torch.cat((torch.ones(1, dtype=torch.float64), 1.5 + torch.rand(5, generator=gen, dtype=torch.float64)))
+    key = (size[:, None] * u + 1e-3 * randn(gen, 6, 4)) * 1e6  # (T_k = 6, 4): |k_j| ≈ 10⁶·size_j, along u
+    query = -(1 + torch.rand(3, 1, generator=gen, dtype=torch.float64)) * u * 1e6  # (T_q = 3, 4): against u
+    mask = torch.rand(3, 6, generator=gen) > 0.3
+    mask[:, 0] = False  # key 0 has every row's largest score: masked
+    mask[:, 1] = True  # and one visible key in every row
+    return {"query": query, "key": key, "value": randn(gen, 6, 3), "mask": mask}
 
 
 def _float32_hint(got) -> str:
@@ -119,16 +146,58 @@ def _reversed_mask(got, case) -> bool:
                                                                  flipped, rtol=1e-6, atol=1e-8)
 
 
-def _attention_compare(got, expected, case) -> str | None:
-    """The difference, with a hint: the mask read backwards, e^S overflowing (only when the case's scores are
-    large enough for the answer's dtype), or a float32 result."""
+def _masked_after_softmax(got, case) -> bool:
+    """Whether ``got`` is softmax(S) with the masked weights zeroed *afterwards* (rows no longer summing to 1)."""
+    mask = case.get("mask")
+    if mask is None:
+        return False
+    scores = case["query"] @ case["key"].transpose(-2, -1) / math.sqrt(case["query"].shape[-1])
+    late = (torch.softmax(scores, -1) * mask) @ case["value"]
+    return late.shape == got.shape and torch.allclose(got.to(late.dtype), late, rtol=1e-6, atol=1e-8)
+
+
+_AFTER_SOFTMAX_HINT = (". Hint: the mask acts on the scores, before the softmax: fill the scores where ~mask with"
+                       " -inf, so the softmax spreads each row's weight over the visible keys only; zeroing weights"
+                       " after the softmax leaves rows that no longer sum to 1")
+
+
+def _mask_case_hint(got, case, n: int) -> str:
+    """A hint for the two cases that test the masking itself: hugely negative scores, and a per-sequence mask."""
+    if n == _HUGE_CASE:
+        if not bool(got.isfinite().all()):
+            return (". Hint: here the largest score of every row is masked and the others are ~10¹¹ below it, so a"
+                    " softmax over all keys gives the visible ones weight exactly 0, and zeroing the masked weight"
+                    " then renormalising is 0/0 = NaN: mask the scores (masked_fill(~mask, -inf)) before the"
+                    " softmax, not its weights after it")
+        return (". Hint: every visible score here is below -10¹¹, so a finite fill such as -1e9 or -1e4 is *above*"
+                " them and the masked keys take the weight: fill with -inf (or torch.finfo(scores.dtype).min), which"
+                " no score can be below")
+    if n == _HEADS_CASE:
+        return (f". Hint: here query is {tuple(case['query'].shape)} (batch, heads, T_q, d_k) and the mask"
+                f" {tuple(case['mask'].shape)} is one per sequence, shared by its heads: sequence b's mask must reach"
+                " every head of sequence b. masked_fill and torch.where broadcast it so; reshaping heads into the"
+                " batch and tiling the mask with .repeat pairs head h of sequence b with another sequence's mask")
+    return ""
+
+
+def _attention_compare(got, expected, case, n: int = 0) -> str | None:
+    """The difference, with a hint: the mask read backwards or applied after the softmax, a finite fill, a mask
+    not broadcast over the heads, e^S overflowing (only when the case's scores are large enough for the answer's
+    dtype), or a float32 result."""
     msg = describe_difference(got, expected, atol=1e-10, rtol=1e-8)
     if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape or not got.is_floating_point():
         return msg
     if _reversed_mask(got, case):
         return msg + _MASK_HINT
-    if bool(got.isfinite().all()):
+    if _masked_after_softmax(got, case):
+        return msg + _AFTER_SOFTMAX_HINT
+    finite = bool(got.isfinite().all())
+    if finite and _float32_hint(got):
         return msg + _float32_hint(got)
+    if n in (_HUGE_CASE, _HEADS_CASE):
+        return msg + _mask_case_hint(got, case, n)
+    if finite:
+        return msg
     scores = case["query"] @ case["key"].transpose(-2, -1) / math.sqrt(case["query"].shape[-1])
     if float(scores.abs().max()) > math.log(torch.finfo(got.dtype).max):  # e^S is inf in the answer's dtype
         return msg + (f". Hint: these scores reach {float(scores.abs().max()):.0f}, so e^S overflows to inf and"
@@ -148,15 +217,23 @@ def check_attention(fn) -> CheckResult:
     except ValueError:
         pass
     current: dict = {}
+    number = [0]
 
     def cases():  # remember the case being compared: the hints read its scores and mask
-        for case in _attention_cases():
+        for number[0], case in enumerate(_attention_cases(), start=1):
             current.clear()
             current.update(case)
             yield case
 
-    return check_function("attention", fn, _attention_reference, cases(),
-                          compare=lambda got, expected: _attention_compare(got, expected, current))
+    result = check_function("attention", fn, _attention_reference, cases(),
+                            compare=lambda got, expected: _attention_compare(got, expected, current, number[0]))
+    if result.message.startswith("raised") and number[0] == _HEADS_CASE:  # the mask (B, 1, T_q, T_k) did not fit
+        return CheckResult("attention", False, result.message + (
+            f". Hint: the mask {tuple(current['mask'].shape)} has leading (batch, head) dims, of size 1 for the"
+            " heads: apply it with masked_fill or torch.where, which broadcast it against the scores, not by"
+            " indexing (scores[..., ~mask]) or reshaping it to (T_q, T_k)"))
+    return result
+
 
 
 def _split_reference(x, n_head):

@@ -248,6 +248,18 @@ def _limit_with_ties_by(equal, z, T):
     return keep / keep.sum(dim=-1, keepdim=True)
 
 
+def _limit_keep_normalised(keep, z):
+    """``keep`` (bool, the tokens sharing the mass) as probabilities in ``z``'s dtype: 1/k on the k kept tokens."""
+    keep = keep.to(z.dtype)
+    return keep / keep.sum(dim=-1, keepdim=True)
+
+
+_TIE_TOLERANCE = ("0 and 5e-324 are not tied: they differ (by the smallest double), so as T -> 0 all the mass goes to "
+                  "5e-324; your answer never gives a partial split of (0, g), whatever the gap g, so it does not "
+                  "evaluate softmax(z / t): it merges near-equal logits with a tolerance (isclose, or |z - max| < "
+                  "eps). Compare each logit with the row maximum exactly (==)")
+
+
 def _one_hot_argmax(z, T):
     return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).to(z.dtype)
 
@@ -267,6 +279,18 @@ _TEMPERATURE_MISTAKES: list[Mistake] = [
      "the tokens with a finite logit"),
     (_like(lambda z, T: _limit_with_ties_by(torch.isclose, z, T)),
      "logits 1e-9 apart are not tied: a tolerance (isclose) merges them; compare with the row maximum exactly (==)"),
+    (_like(lambda z, T: _softmax(z / T, dim=-1)),
+     "that is softmax(z / T) at T itself: z / 0 is ±inf and -inf / inf is NaN, so the softmax gives inf - inf = NaN; "
+     "T = 0 and T = inf are limits, not temperatures to divide by: compute each limit exactly"),
+    (_like(lambda z, T: _limit_keep_normalised(z == z.max(), z) if T == 0 else _temperature_limit_reference(z, T)),
+     "that takes the maximum of the whole tensor, z.max(): a row without it gets 0 / 0 = NaN; compare each logit "
+     "with its own row's maximum, z.amax(dim=-1, keepdim=True)"),
+    (lambda case, got, expected: any(_like(wrong)(case, got, expected) for wrong in (
+        lambda z, T: (z == z.amax(-1, keepdim=True)).to(z.dtype) / z.shape[-1] if T == 0 else (
+            _temperature_limit_reference(z, T)),
+        lambda z, T: (z > float("-inf")).to(z.dtype) / z.shape[-1] if T != 0 else _temperature_limit_reference(z, T))),
+     "the probabilities do not sum to 1: divide by the number of tokens that share the mass (the k tied maxima as "
+     "T -> 0, the tokens with a finite logit as T -> inf), not by the vocabulary size V"),
     (_near_limit, "that is softmax at a finite T, not its limit: the limit is exact (1/k on the k tied maxima as "
                   "T -> 0, 1/(number of finite logits) as T -> inf); two logits 1e-9 apart are not tied"),
     _FLOAT32_HINT,
@@ -275,8 +299,25 @@ _TEMPERATURE_MISTAKES: list[Mistake] = [
 
 def check_temperature_limit(fn) -> CheckResult:
     """``temperature_limit(z, T)``: lim softmax(z / t) as t -> T for T = 0 (from above) or T = inf, exactly."""
-    return _check("temperature_limit", fn, _temperature_limit_reference, _temperature_limit_cases(),
-                  _TEMPERATURE_MISTAKES, atol=1e-12, rtol=1e-12)
+    cases = list(_temperature_limit_cases())
+    result = _check("temperature_limit", fn, _temperature_limit_reference, cases, _TEMPERATURE_MISTAKES, atol=1e-12,
+                    rtol=1e-12)
+    gap_case = next(n for n, c in enumerate(cases, start=1) if c["T"] == 0 and _beyond_finite_t(c, None, None))
+    if f"(on case {gap_case}:" not in result.message or "no finite t reaches" not in result.message:
+        return result
+    # the 5e-324 gap fools a finite t and a tie tolerance alike; a gap g between 1 and 1e-323 tells them apart:
+    # softmax((0, g) / t) is strictly between (1/2, 1/2) and (0, 1) for g near t, a tie test never is
+    try:
+        with torch.no_grad():
+            outputs = [fn(torch.tensor([0.0, 10.0**-k], dtype=torch.float64), 0.0) for k in range(324)]
+        splits = (torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64))
+        tie_test = all(isinstance(o, torch.Tensor) and o.shape == (2,) and any(torch.equal(o.double(), v)
+                                                                               for v in splits) for o in outputs)
+    except Exception:  # a student's bug: keep the hint given
+        return result
+    if not tie_test:
+        return result
+    return CheckResult(result.name, False, result.message.split(" (hint: ")[0] + f" (hint: {_TIE_TOLERANCE})")
 
 
 def _top_p_reference(logits, top_p):
@@ -386,7 +427,27 @@ def check_sequence_log_prob(fn) -> CheckResult:
 
     ``logits[..., t, :]`` is the model's score for the token ``tokens[..., t]`` (already aligned: no shift).
     """
-    return _check("sequence_log_prob", fn, _seq_reference, _seq_cases(), _SEQ_MISTAKES, atol=1e-9, rtol=1e-10)
+    cases = list(_seq_cases())
+    result = _check("sequence_log_prob", fn, _seq_reference, cases, _SEQ_MISTAKES, atol=1e-9, rtol=1e-10)
+    found = re.search(r"\(on case (\d+):", result.message)
+    if found is None or "exp(z) overflows for these logits" not in result.message:
+        return result
+    # -inf where exp(z) overflows, or where a product of probabilities underflows? The same logits shifted down
+    # (the same log-probabilities, no overflow) tell them apart: the log of a product is -inf there too
+    case = cases[int(found.group(1)) - 1]
+    shifted = {"logits": case["logits"] - case["logits"].amax(), "tokens": case["tokens"]}
+    try:
+        with torch.no_grad():
+            got = fn(shifted["logits"].clone(), shifted["tokens"].clone())
+        product = torch.log(_picked(_softmax(shifted["logits"], dim=-1), shifted["tokens"]).prod(-1))
+    except Exception:  # a student's bug: keep the hint given
+        return result
+    if not (isinstance(got, torch.Tensor) and bool(torch.isinf(got).any()) and _same(got, product)):
+        return result
+    return CheckResult(result.name, False, result.message.split(" (hint: ")[0] + (
+        " (hint: the product of the probabilities underflows to 0 (it is about e^-800 here), so its log is -inf, even"
+        " for these logits shifted down so that no exp overflows: take the log of each probability first and sum"
+        " the logs (log_softmax, then sum over t), never the log of a product)"))
 
 
 def _chi2_reference(counts, probs):

@@ -175,8 +175,28 @@ def check_softmax_ce_grad(fn) -> CheckResult:
          "the sign is flipped: the gradient is p − y (softmax minus one-hot), not y − p"),
         (lambda logits, targets: _ref_softmax_ce_grad(logits, targets) * targets.numel(),
          "this is the gradient of the summed loss: the loss is the mean over the N rows, so divide p − y by N")])
+    table = [(_ref_softmax_ce_grad(**c), _log_of_softmax_grad(**c)) for c in cases]
+
+    def two_step(got, expected):  # autograd through log(softmax(z)): NaN where the route is NaN, the same elsewhere
+        route = next((r for e, r in table if e.shape == expected.shape and torch.equal(e, expected)), None)
+        if route is None or not isinstance(got, torch.Tensor) or got.shape != route.shape or route.isfinite().all():
+            return None
+        if not torch.allclose(got.detach().to(D), route, equal_nan=True, **LOOSE):
+            return None
+        return ("these logits are 1000 apart, so softmax rounds a probability to exactly 0 and log(0) = -inf; its "
+                "derivative 1/p = inf times p's 0 is NaN: the two steps log(softmax(z)) are the trouble, not the "
+                "shift (torch.softmax already shifts by the max). Use the one-step log_softmax (or F.cross_entropy)"
+                ", or write p − y directly")
+
     return _check("softmax_ce_grad", fn, _ref_softmax_ce_grad, cases, atol=1e-10, rtol=1e-9,
-                  hint=_first_hint(_softmax_hint, slips))
+                  hint=_first_hint(two_step, _softmax_hint, slips))
+
+
+def _log_of_softmax_grad(logits, targets):
+    """The gradient by autograd of the mean of −log(softmax(z))[y]: the two-step route, NaN where p rounds to 0."""
+    z = logits.detach().clone().requires_grad_()
+    loss = -torch.log(torch.softmax(z, -1)).gather(-1, targets[:, None]).mean()
+    return torch.autograd.grad(loss, z)[0]
 
 
 def _softmax_hint(got, expected):
@@ -203,6 +223,11 @@ def check_layer_norm_grad(fn) -> CheckResult:
              {"grad_out": torch.randn(3, 6, generator=g, dtype=D), "x": torch.randn(3, 6, generator=g, dtype=D) * 1e-3,
               "eps": 1e-5}]
     cases.insert(0, cases.pop())  # first: σ² ~ 1e-6 < ε, where ε's place (inside the root or not) changes it by O(1)
+    # last: rows whose mean (10⁶) is far above their spread (1): a one-pass σ² = mean(x²) − μ² subtracts two numbers
+    # near 10¹² that agree to 12 of their 16 digits, an error of ~1e-4 in σ²; two passes, mean((x − μ)²), lose nothing
+    cases.append({"grad_out": torch.randn(3, 8, generator=g, dtype=D),
+                  "x": torch.randn(3, 8, generator=g, dtype=D) + 1e6, "eps": 1e-5})
+    large_mean = cases[-1]
     slips = _slip_hint(_ref_layer_norm_grad, cases, [
         (_ln_with(lambda x, eps: 1 / torch.sqrt(x.var(-1, keepdim=True) + eps)),
          "this uses the unbiased variance (÷ (C − 1)); LayerNorm's σ² is the biased one, ÷ C "
@@ -213,7 +238,16 @@ def check_layer_norm_grad(fn) -> CheckResult:
          "ε is left out: r = 1/√(σ² + ε)"),
         (lambda grad_out, x, eps: grad_out / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps),
          "this treats μ and σ as constants: they depend on x, which adds − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)")])
-    return _check("layer_norm_grad", fn, _ref_layer_norm_grad, cases, atol=1e-9, rtol=1e-8, hint=slips)
+    reference_large = _ref_layer_norm_grad(**large_mean)
+
+    def one_pass(got, expected):  # wrong only on the large-mean rows: σ² by cancellation (or another unstable form)
+        if expected.shape != reference_large.shape or not torch.equal(expected, reference_large) or _not_float64(got):
+            return None  # another case, or a float32 result (its own note says so)
+        return ("these rows have mean 10⁶ and spread 1: a one-pass variance mean(x²) − μ² subtracts two numbers "
+                "near 10¹² that agree in 12 of float64's 16 digits, so σ² (and r) keeps ~4 right digits; compute μ "
+                "first, then σ² = mean((x − μ)²) and x̂ from x − μ (two passes)")
+    return _check("layer_norm_grad", fn, _ref_layer_norm_grad, cases, atol=1e-9, rtol=1e-8,
+                  hint=_first_hint(slips, one_pass))
 
 
 def _ln_with(r_of):
@@ -332,7 +366,7 @@ def _ref_central_difference_grad(f, x, h):
     return out
 
 
-def _difference_slip(*, forward=False, half=False, together=False, unrestored=False):
+def _difference_slip(*, forward=False, half=False, together=False, unrestored=False, left_up=False, aliased=False):
     def slip(f, x, h):
         if together:  # every entry moved at once: a directional derivative along (1, …, 1)
             return torch.full_like(x, float((f(x + h) - f(x - h)) / (2 * h)))
@@ -341,10 +375,12 @@ def _difference_slip(*, forward=False, half=False, together=False, unrestored=Fa
             flat = x.view(-1)
             flat[i] += h
             up = f(x)
-            flat[i] -= h if forward else 2 * h
+            flat[i] -= h if forward or aliased else 2 * h  # aliased: x_minus = x, so −h lands back on x
             down = f(x)
-            if not unrestored:
-                flat[i] += 0 if forward else h
+            if left_up:  # the minus step was taken on a copy: x keeps + h
+                flat[i] += 2 * h
+            elif not unrestored:
+                flat[i] += 0 if forward or aliased else h
             out.view(-1)[i] = (up - down) / (h if forward or half else 2 * h)
         return out
     return slip
@@ -363,6 +399,13 @@ _DIFF_SLIPS = [
                                       "move one entry at a time, the others unchanged"),
     (_difference_slip(unrestored=True), "put each entry back after perturbing it: later entries were differenced "
                                         "at a shifted point"),
+    (_difference_slip(left_up=True), "put each entry back after perturbing it: x[i] was left at x[i] + h (an x_plus "
+                                     "= x is the same tensor, not a copy), so later entries were differenced at a "
+                                     "shifted point: perturb a copy, x.clone(), or restore x[i] after both "
+                                     "evaluations"),
+    (_difference_slip(aliased=True), "x_plus and x_minus are the same tensor as x (x_plus = x does not copy), so the "
+                                     "step −h undid the step +h and f was evaluated at x + h eᵢ and x, not x − h eᵢ: "
+                                     "perturb copies, x.clone()"),
     (_exact_grad, "this is the exact derivative (autograd's answer); the exercise asks for the finite-difference "
                   "estimate, which differs from it by O(h²): that gap is what gradcheck's tolerance allows"),
 ]

@@ -154,6 +154,13 @@ def _compare_kl_with(slips: list):
         msg = describe_difference(got, expected, atol=1e-10, rtol=1e-9)
         if not msg or not isinstance(got, torch.Tensor) or got.shape != expected.shape:
             return msg
+        infinite = torch.isposinf(expected)
+        if infinite.any() and not torch.isposinf(got[infinite]).all():  # q_i = 0 < p_i: the answer must be +inf
+            shown = "NaN" if torch.isnan(got[infinite]).any() else "a finite number"
+            return msg + (f" — where q_i = 0 < p_i the term p_i log(p_i / q_i) is +inf, so KL(p ‖ q) = +inf (q rules"
+                          f" out an outcome p can produce), not {shown}: do not clamp q, add an eps, drop the terms"
+                          " where q = 0 or replace inf (nan_to_num); p_i log p_i - p_i log q_i with"
+                          " torch.special.xlogy gives +inf there and 0 where p_i = 0")
         if torch.isnan(got).any():
             return msg + " — 0 · log 0 gave NaN: use torch.special.xlogy, which makes 0 · log(0) = 0"
         return msg + _hint(lambda: _slip_hint(got, slips[_case_index(expected, [e for e, _ in slips])][1]),
@@ -190,6 +197,8 @@ def check_kl_div(fn) -> CheckResult:
         {"p": torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64),
          "q": torch.tensor([0.25, 0.25, 0.25, 0.25], dtype=torch.float64)},  # zeros in p
         {"p": torch.tensor([0.9, 0.1], dtype=torch.float64), "q": torch.tensor([0.1, 0.9], dtype=torch.float64)},
+        {"p": torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.8, 0.0]], dtype=torch.float64),  # q = 0 < p: KL = +inf (row 1)
+         "q": torch.tensor([[0.6, 0.4, 0.0], [0.5, 0.25, 0.25]], dtype=torch.float64)},
     ]
     slips = [(e := _ref_kl(**c), _kl_slips(c["p"], c["q"], e)) for c in cases]
     return check_function("kl_div", fn, _ref_kl, cases, compare=_compare_kl_with(slips))

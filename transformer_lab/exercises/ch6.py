@@ -42,11 +42,66 @@ def _ref_sinusoidal(n_pos, d_model):
     return P.sinusoidal_encoding(n_pos, d_model, dtype=torch.float64)
 
 
+def _slip_hint(got, expected, slips) -> str:
+    """``"; hint: …"`` for the first ``(value, hint)`` in ``slips`` whose value the answer equals (and the reference
+    does not), else ``""``: a typical slip recognised by what it computes on this case."""
+    if not isinstance(got, torch.Tensor | np.ndarray) or tuple(got.shape) != tuple(expected.shape):
+        return ""
+    got = torch.as_tensor(got).detach().double()
+    for value, hint in slips:
+        value = value.double()
+        if torch.allclose(got, value, atol=1e-6, rtol=1e-5) and not torch.allclose(expected.double(), value,
+                                                                                    atol=1e-6, rtol=1e-5):
+            return f"; hint: {hint}"
+    return ""
+
+
+def _sinusoid(n_pos, d_model, *, angle_exponent, start=0, swap=False, multiply=False, blocks=False):
+    """A sinusoidal table with one typical slip: ``angle_exponent(j)`` gives column j's exponent e in
+    pos / 10000^e (right: 2⌊j/2⌋/d)."""
+    pos = torch.arange(start, start + n_pos, dtype=torch.float64)[:, None]  # (n_pos, 1)
+    j = torch.arange(d_model)
+    e = angle_exponent(j).to(torch.float64)
+    angle = pos * 10000.0**e if multiply else pos / 10000.0**e  # (n_pos, d_model)
+    sin_column = (j % 2 == 0) != swap
+    pe = torch.where(sin_column, angle.sin(), angle.cos())
+    return torch.cat((pe[:, 0::2], pe[:, 1::2]), dim=1) if blocks else pe
+
+
+def _sinusoidal_slips(n_pos, d_model) -> list:
+    d = d_model
+    right = lambda j: 2 * (j // 2) / d  # noqa: E731  the exponent 2i/d of pair i = ⌊j/2⌋
+    return [
+        (_sinusoid(n_pos, d, angle_exponent=right, swap=True),
+         "sin and cos are swapped: the even columns 2i hold sin(pos·ω_i), the odd ones 2i+1 cos(pos·ω_i)"),
+        (_sinusoid(n_pos, d, angle_exponent=lambda j: (j // 2) / d),
+         "the exponent is 2i/d_model for pair i (columns 2i and 2i+1): ω_i = 10000^(-2i/d_model), not 10000^(-i/d)"),
+        (_sinusoid(n_pos, d, angle_exponent=lambda j: j / d),
+         "the two columns of a pair share one frequency: column 2i+1 uses 10000^(-2i/d_model) like column 2i, not "
+         "its own index (2i+1)/d_model"),
+        (_sinusoid(n_pos, d, angle_exponent=lambda j: 2 * j / d),
+         "i counts pairs, not columns: column j belongs to pair i = j // 2, whose exponent is 2i/d_model"),
+        (_sinusoid(n_pos, d, angle_exponent=right, start=1),
+         "positions start at 0: row 0 is PE(0) = (0, 1, 0, 1, …), not PE(1)"),
+        (_sinusoid(n_pos, d, angle_exponent=right, multiply=True),
+         "divide the position by 10000^(2i/d_model) (ω_i = 10000^(-2i/d) is at most 1), do not multiply"),
+        (_sinusoid(n_pos, d, angle_exponent=right, blocks=True),
+         "interleave: sin in the even columns and cos in the odd ones, not all sines then all cosines"),
+    ]
+
+
 def check_sinusoidal(fn) -> CheckResult:
     """``fn(n_pos, d_model) -> (n_pos, d_model)``: PE[pos, 2i] = sin(pos / 10000^{2i/d}), PE[pos, 2i+1] = cos."""
     cases = [{"n_pos": 4, "d_model": 2}, {"n_pos": 10, "d_model": 8}, {"n_pos": 50, "d_model": 32},
              {"n_pos": 1, "d_model": 6}]
-    return check_function("sinusoidal", fn, _ref_sinusoidal, cases, atol=1e-6, rtol=1e-5)
+    current = iter(cases)
+
+    def compare(got, expected):
+        case = next(current)
+        msg = describe_difference(got, expected, atol=1e-6, rtol=1e-5)
+        return msg and msg + _slip_hint(got, expected, _sinusoidal_slips(**case))
+
+    return check_function("sinusoidal", fn, _ref_sinusoidal, cases, compare=compare)
 
 
 def _ref_rotation(k, d_model):
@@ -73,13 +128,51 @@ def _ref_rope(x):
     return P.apply_rope(x)
 
 
+def _rotary(x, *, exponent=lambda i, d: 2 * i / d, sign=1.0, start=0, halves=False):
+    """RoPE with one typical slip: pair i's frequency 10000^(-exponent(i, d)), the angle's sign, the first position,
+    or pairs (i, i + d/2) in place of (2i, 2i+1)."""
+    T, d = x.shape
+    omega = 10000.0 ** (-exponent(torch.arange(d // 2, dtype=torch.float64), d))  # (d/2,)
+    angle = sign * (torch.arange(T, dtype=torch.float64)[:, None] + start) * omega  # (T, d/2)
+    if halves:
+        x1, x2 = x[:, : d // 2], x[:, d // 2:]
+        return torch.cat((x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()), dim=1)
+    x1, x2 = x[:, 0::2], x[:, 1::2]
+    return torch.stack((x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()), -1).flatten(1)
+
+
+def _rope_slips(x) -> list:
+    return [
+        (_rotary(x, sign=-1.0),
+         "the rotation turns the wrong way: x'_{2i} = x_{2i} cos mω_i - x_{2i+1} sin mω_i and x'_{2i+1} = x_{2i} sin "
+         "mω_i + x_{2i+1} cos mω_i (counter-clockwise by +mω_i)"),
+        (_rotary(x, halves=True),
+         "the pairs are (x_{2i}, x_{2i+1}), neighbours, not the two halves (x_i, x_{i + d/2}) of the rotate_half "
+         "layout (GPT-NeoX, LLaMA code)"),
+        (_rotary(x, exponent=lambda i, d: i / d), "ω_i = 10000^(-2i/d) for pair i, not 10000^(-i/d)"),
+        (_rotary(x, exponent=lambda i, d: 4 * i / d),
+         "i counts pairs: pair i (columns 2i, 2i+1) has ω_i = 10000^(-2i/d); the column index 2i in its place "
+         "gives 10000^(-4i/d)"),
+        (_rotary(x, exponent=lambda i, d: 2 * (i + 1) / d), "pairs count from i = 0: the first pair has ω_0 = 1"),
+        (_rotary(x, start=1), "positions start at 0: row m is rotated by m·ω_i, so row 0 is left unchanged"),
+        (_rotary(x, exponent=lambda i, d: 0 * i), "each pair has its own frequency ω_i = 10000^(-2i/d), not 1"),
+    ]
+
+
 def check_rope(fn) -> CheckResult:
     """``fn(x (T, d)) -> (T, d)``: pair (x[m, 2i], x[m, 2i+1]) rotated by m·ω_i, ω_i = 10000^{-2i/d}."""
     g = generator(7)
     cases = [{"x": torch.randn(3, 2, generator=g, dtype=torch.float64)},
              {"x": torch.randn(6, 8, generator=g, dtype=torch.float64)},
              {"x": torch.randn(12, 16, generator=g, dtype=torch.float64)}]
-    return check_function("rope", fn, _ref_rope, cases, atol=1e-6, rtol=1e-5)  # angles in float32 are right too
+    current = iter(cases)
+
+    def compare(got, expected):  # angles in float32 are right too
+        case = next(current)
+        msg = describe_difference(got, expected, atol=1e-6, rtol=1e-5)
+        return msg and msg + _slip_hint(got, expected, _rope_slips(case["x"]))
+
+    return check_function("rope", fn, _ref_rope, cases, compare=compare)
 
 
 def _ref_rope_score(q1, q2, k1, k2, delta, theta):
@@ -198,7 +291,19 @@ def check_alibi(fn) -> CheckResult:
         if first is not None and H != 8 and abs(first - 0.5) < 1e-9:
             return msg + (f"; hint: the slopes are 2^{{-8h/H}} with H = {H}, not 2^{{-h}} "
                           "(which is right for H = 8 only)")
-        return msg
+        dist = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).to(torch.float64)  # (T, T): j - i
+        h = torch.arange(1, H + 1, dtype=torch.float64)[:, None, None]
+        return msg + _slip_hint(got, expected, [
+            (-expected.abs(), "above the diagonal (j > i) the bias is m_h·(j - i) > 0, not -m_h·|j - i|: the causal "
+                              "mask hides those entries later, so keep the plain offset j - i"),
+            (h * 2.0 ** (-8 / H) * dist, f"the slopes are geometric, m_h = 2^{{-8h/H}} = (2^{{-8/H}})^h: each head's "
+                                         f"slope is 2^{{-8/H}} = 2^{{-{8 / H:g}}} times the previous one, not "
+                                         f"h·2^{{-8/H}}"),
+            (2.0 ** (-8 / h) * dist, "m_h = 2^{-8h/H}: h multiplies the exponent and H divides it, not 2^{-8/h}"),
+            (2.0 ** (-h / H) * dist, "m_h = 2^{-8h/H}: the exponent has the factor 8, the last head's slope is 2^{-8}"),
+            (2.0 ** (-8 * h / H) * dist.abs(), "the offset is j - i, negative for keys behind the query (j < i), "
+                                               "not |j - i|"),
+        ])
 
     return check_function("alibi", fn, _ref_alibi, cases, compare=compare)
 
@@ -247,8 +352,21 @@ def _ref_is_equivariant(layer, x):
                for p in itertools.permutations(range(x.shape[0])))
 
 
+_ONE_ORDER = ("try several permutations (random ones, or all T! of them for small T), not one fixed swap, shift or "
+              "reversal: a layer can commute with that one permutation and not with the others")
+
+
+def _ring_next(ring: tuple[int, ...]) -> list[int]:
+    """The index of each position's successor on ``ring`` (a cyclic order of the positions)."""
+    nxt = [0] * len(ring)
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        nxt[a] = b
+    return nxt
+
+
 def _equivariance_layers() -> list[tuple[_Layer, torch.Tensor]]:
-    """The checker's cases: (layer, x) with T = 4 tokens of width 8; attention is our MultiHeadAttention."""
+    """The seven cases the page describes, the checker's first: (layer, x) with T = 4 tokens of width 8; attention is
+    our MultiHeadAttention."""
     g = generator(6)
     torch_state = torch.random.get_rng_state()
     torch.manual_seed(6)
@@ -264,8 +382,7 @@ def _equivariance_layers() -> list[tuple[_Layer, torch.Tensor]]:
     def attn(m, mask=None):
         return lambda x: m(query=x[None], key=x[None], value=x[None], mask=mask)[0]
 
-    swap = ("try several permutations (random ones, or all T! of them for small T), not one fixed swap: a swap "
-            "that leaves the last token in place does not show it")
+    swap = _ONE_ORDER
     compare = ("compare layer(x[perm]) with layer(x)[perm], the output reordered the same way (not with layer(x) "
                "itself: that is invariance; not with the inverse order), within a tolerance (torch.allclose): the "
                "sums over keys run in another order and round differently, even in float64")
@@ -288,6 +405,39 @@ def _equivariance_layers() -> list[tuple[_Layer, torch.Tensor]]:
     return [(layer, x.float() if "float32" in layer.name else x) for layer in layers]
 
 
+def _partial_symmetry_layers() -> list[tuple[_Layer, torch.Tensor]]:
+    """The checker's further cases, after the page's seven (:func:`_equivariance_layers`, same x, T = 4): layers
+    that commute with some orders of the tokens and not with others. Each single fixed permutation of 4 tokens is
+    a symmetry of one of them (or of the marker on the last position), so an answer that tests one order is fooled."""
+    (_, x), *_ = _equivariance_layers()
+    torch_state = torch.random.get_rng_state()
+    torch.manual_seed(6)
+    mha = MultiHeadAttention(8, 2).double()  # the same weights as the page's seven
+    torch.random.set_rng_state(torch_state)
+    markers = torch.eye(4, dtype=torch.float64)[:, :, None].expand(4, 4, 8)  # markers[k]: 1 on row k only
+
+    def attn(x):
+        return mha(query=x[None], key=x[None], value=x[None])[0]
+
+    swap = _ONE_ORDER
+    layers = [
+        *(_Layer(f"attention with a marker added to token {k}", lambda x, m=markers[k]: attn(x + m),
+                 f"it adds a marker to whatever token is at position {k}, so it commutes with every order that "
+                 f"leaves token {k} in place (such as {example}) and with no other; " + swap)
+          for k, example in ((0, "swapping the last two"), (1, "a cycle of tokens 0, 2, 3"),
+                             (2, "a cycle of tokens 0, 1, 3"))),
+        *(_Layer(f"attention after mixing each token with its two neighbours on the ring {'-'.join(map(str, r))}",
+                 lambda x, r=r: attn(x + 0.5 * (x[_ring_next(r)] + x[_ring_next(r[::-1])])),
+                 f"the tokens sit on a ring ({', '.join(map(str, r))}, back to {r[0]}) and each gets its two "
+                 f"neighbours, so it commutes with the rotations and reflections of that ring (8 of the 24 orders, "
+                 f"such as {example}) and with no other; " + swap)
+          for r, example in (((0, 1, 2, 3), "a cyclic shift, torch.roll, or the reversed order, x.flip(0)"),
+                             ((0, 2, 1, 3), "swapping tokens 0 and 1"),
+                             ((0, 1, 3, 2), "swapping the first and the last token"))),
+    ]
+    return [(layer, x) for layer in layers]
+
+
 def check_is_equivariant(fn) -> CheckResult:
     """``fn(layer, x (T, C)) -> bool``: True when layer(x[perm]) = layer(x)[perm] (to rounding) for every perm."""
     if not callable(fn):
@@ -300,7 +450,7 @@ def check_is_equivariant(fn) -> CheckResult:
             return f"the answer must be a bool (True: equivariant), got {type(got).__name__} {got!r}"
         return None if bool(got) == expected else f"the answer is {bool(got)}, expected {expected}"
 
-    cases = _equivariance_layers()
+    cases = _equivariance_layers() + _partial_symmetry_layers()
     for n, (layer, x) in enumerate(cases, start=1):
         result = check_function("is_equivariant", fn, _ref_is_equivariant, [{"layer": layer, "x": x}],
                                 compare=compare)

@@ -370,6 +370,11 @@ def check_layer_norm_backward(fn) -> CheckResult:
          "C - 1), and use means (divide by C), not sums"),
         ("eps > 0", [{"x": x2, "g": torch.randn(3, 5, generator=g, dtype=D), "eps": 0.5}],
          "eps goes inside the square root: r = 1/sqrt(sigma^2 + eps), and xhat = (x - mu) * r uses the same r"),
+        ("rows with a large mean", [{"x": torch.randn(3, 8, generator=g, dtype=D) + 1e6,
+                                     "g": torch.randn(3, 8, generator=g, dtype=D), "eps": 1e-5}],
+         "the mean (1e6) is 10^6 times the spread: a one-pass sigma^2 = mean(x^2) - mu^2 subtracts two numbers near "
+         "1e12 that agree in 12 of float64's 16 digits; compute mu first, then sigma^2 = mean((x - mu)^2) and xhat "
+         "from x - mu (two passes)"),
     ]
     return _groups("layer_norm_backward", fn, _ref_layer_norm_backward, groups, atol=1e-9, rtol=1e-9,
                    shape_hint="dL/dx has the shape of x; keep the reduced dimension (keepdim=True) for every mean")
