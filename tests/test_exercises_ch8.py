@@ -421,33 +421,24 @@ def _probs_times_tau(logits, temperature, top_k, top_p):
     return next_char_probs(logits * temperature * temperature, temperature, top_k, top_p)
 
 
-def _probs_strict_nucleus(logits, temperature, top_k, top_p):
-    z = logits / temperature
-    if top_k is not None:
-        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
-    p = torch.softmax(z, -1)
-    if top_p is not None:
-        sorted_p, order = torch.sort(p, dim=-1, descending=True)
-        drop = torch.cumsum(sorted_p, -1) > top_p
-        drop[..., 0] = False
-        p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
-    return p / p.sum(-1, keepdim=True)
-
-
-def _probs_nucleus_one_more(logits, temperature, top_k, top_p):  # the drop mask shifted right twice
-    z = logits / temperature
-    if top_k is not None:
-        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
-    p = torch.softmax(z, -1)
-    if top_p is not None:
-        sorted_p, order = torch.sort(p, dim=-1, descending=True)
-        drop = torch.cumsum(sorted_p, -1) > top_p
-        drop[..., 1:] = drop[..., :-1].clone()  # keep the token that crosses top_p ...
-        drop[..., 0] = False
-        drop[..., 1:] = drop[..., :-1].clone()  # ... and, shifted once more, the one after it
-        drop[..., 0] = False
-        p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
-    return p / p.sum(-1, keepdim=True)
+def _probs_nucleus_shifted(shifts):
+    """next_char_probs whose top-p drop mask (cumsum > p) is shifted right ``shifts`` times: 0 drops the token that
+    crosses p (one token too few), 1 is right, 2 keeps the token after it too (one token too many)."""
+    def probs(logits, temperature, top_k, top_p):
+        z = logits / temperature
+        if top_k is not None:
+            z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
+        p = torch.softmax(z, -1)
+        if top_p is not None:
+            sorted_p, order = torch.sort(p, dim=-1, descending=True)
+            drop = torch.cumsum(sorted_p, -1) > top_p
+            drop[..., 0] = False
+            for _ in range(shifts):
+                drop[..., 1:] = drop[..., :-1].clone()
+                drop[..., 0] = False
+            p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
+        return p / p.sum(-1, keepdim=True)
+    return probs
 
 
 def _probs_not_renormalised(logits, temperature, top_k, top_p):
@@ -728,9 +719,9 @@ CATALOGUE = {
     "next_char_probs": {
         "wrong": [
             (_probs_times_tau, ["on case 1", "differs", "do not multiply"]),
-            (_probs_strict_nucleus, ["differs", "one token too small", "the token that crosses p is kept",
+            (_probs_nucleus_shifted(0), ["differs", "one token too small", "the token that crosses p is kept",
                                      "!too large"]),
-            (_probs_nucleus_one_more, ["on case 1", "differs", "one token too large", "!too small"]),
+            (_probs_nucleus_shifted(2), ["on case 1", "differs", "one token too large", "!too small"]),
             (_probs_not_renormalised, ["differs", "renormalise"]),
             (_probs_top_p_first, ["on case 1", "differs", "apply the temperature first"]),
             (_probs_top_k_plus_one, ["on case 2", "differs", "exactly k = 4 here, not 5"]),
