@@ -432,10 +432,10 @@ def _probs_nucleus_shifted(shifts):
         if top_p is not None:
             sorted_p, order = torch.sort(p, dim=-1, descending=True)
             drop = torch.cumsum(sorted_p, -1) > top_p
-            drop[..., 0] = False
             for _ in range(shifts):
                 drop[..., 1:] = drop[..., :-1].clone()
                 drop[..., 0] = False
+            drop[..., 0] = False
             p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
         return p / p.sum(-1, keepdim=True)
     return probs
