@@ -307,7 +307,7 @@ def test_bench_bad_input(tmp_path, capsys):
                                   ["recipe", "--block", "0"],
                                   ["recipe", "--max-iters", "0"], ["generate_speed", "--tokens", "-5"],
                                   ["generate_speed", "--repeat", "0"], ["profile_step", "--top", "0"],
-                                  ["allreduce", "--rounds", "0"], ["compile_startup", "--max-iters", "0"]])
+                                  ["allreduce", "--rounds", "0"], ["compile_startup", "--steps", "0"]])
 def test_bench_counts_below_one_are_refused_before_any_work(tmp_path, capsys, argv):
     _fails_cleanly(["bench", argv[0], "--", *argv[1:]], tmp_path, capsys, f"bench {argv[0]}:",
                    "expected a positive integer")

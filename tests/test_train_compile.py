@@ -1,17 +1,19 @@
-"""`train` compiles its training step by default, falls back to eager with one line saying why, and --no-compile
-opts out (issue 18). torch.compile itself is replaced by a recorder here: a real compile takes tens of seconds,
-and the compiled step's agreement with the eager one is tested in test_train.py."""
+"""`train` compiles its training step when the run's steps repay the compile's start-up (one line says which and
+why), falls back to eager with one line saying why when it cannot compile, --compile and --no-compile force either
+(issues 18 and 29). torch.compile itself is replaced by a recorder here: a real compile takes tens of seconds, and
+the compiled step's agreement with the eager one is tested in test_train.py."""
 
+import json
 import os
 
 import pytest
 import torch
 
-from transformer_lab import cli, train
+from transformer_lab import cli, compile_policy, train
 from transformer_lab.data import shakespeare
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
-        "--max-iters", "2", "--warmup", "1", "--eval-interval", "2", "--eval-iters", "1", "--quiet", "--threads", "1"]
+        "--max-iters", "4", "--warmup", "1", "--eval-interval", "4", "--eval-iters", "1", "--quiet", "--threads", "1"]
 
 
 @pytest.fixture
@@ -23,6 +25,7 @@ def run(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(model) or model)
 
     def go(*flags, capsys):
+        compiled.clear()
         code = cli.main(["train", "--text", str(tmp_path / "text.txt"), "--out", str(tmp_path / "m.json"),
                          "--force", *TINY, *flags])
         return code, capsys.readouterr().err, len(compiled)
@@ -30,16 +33,62 @@ def run(tmp_path, monkeypatch):
     return go
 
 
-def test_the_default_train_compiles_when_a_cxx_compiler_works(run, capsys):
+def _needs_a_compiler():
     if train.compile_problem("cpu") is not None:
         pytest.skip(f"this machine cannot compile: {train.compile_problem('cpu')}")
+
+
+def _notes(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("note:")]
+
+
+def test_a_short_default_run_trains_eagerly_and_says_why(run, capsys):
+    _needs_a_compiler()
     code, err, n = run(capsys=capsys)
-    assert code == 0 and n == 3 and "torch.compile" not in err  # the forward with its loss, the update, the clipping
+    [note] = _notes(err)
+    assert code == 0 and n == 0
+    assert note.startswith("note: training eagerly: 4 steps against a break-even of ") and "empty compile cache" \
+        in note and note.endswith("--compile compiles anyway"), note
 
 
-def test_no_compile_trains_eagerly(run, capsys):
+def test_a_default_run_that_repays_the_start_up_compiles(run, capsys, monkeypatch):
+    _needs_a_compiler()
+    monkeypatch.setattr(compile_policy, "PRIOR", compile_policy.Costs(cold_s=1e-9, warm_s=1e-9, speedup=2.0))
+    code, err, n = run(capsys=capsys)
+    [note] = _notes(err)
+    assert code == 0 and n == 3  # the forward with its loss, the update, the clipping
+    assert note.startswith("note: compiling the training step: 4 steps against a break-even of 1 "), note
+
+
+def test_compile_and_no_compile_force_either(run, capsys):
+    _needs_a_compiler()
+    code, err, n = run("--compile", capsys=capsys)
+    assert code == 0 and n == 3 and not _notes(err)
     code, err, n = run("--no-compile", capsys=capsys)
-    assert code == 0 and n == 0 and "torch.compile" not in err
+    assert code == 0 and n == 0 and not _notes(err)
+
+
+def test_a_compiled_run_records_its_costs_and_the_next_run_counts_the_cache_warm(run, capsys, tmp_path):
+    _needs_a_compiler()
+    cache = tmp_path / "inductor"
+    (cache / "fxgraph" / "ab").mkdir(parents=True)  # as inductor leaves it (the recorder compiles nothing)
+    assert run("--compile", capsys=capsys)[0] == 0
+    [entry] = json.loads((cache / compile_policy.COSTS_FILE).read_text()).values()
+    assert entry["compiled"] is True and entry["cold_s"] >= 0 and entry["compiled_step_s"] > 0
+    code, err, _ = run(capsys=capsys)
+    [note] = _notes(err)
+    assert code == 0 and "its kernels cached" in note, note
+
+
+def test_a_resumed_run_counts_only_the_steps_left(run, capsys, monkeypatch):
+    _needs_a_compiler()
+    whole = train.Trainer.run
+    monkeypatch.setattr(train.Trainer, "run", lambda self, **kw: whole(self, until=4))  # stopped at step 4 of 6
+    assert run("--no-compile", "--max-iters", "6", "--eval-interval", "2", capsys=capsys)[0] == 0
+    monkeypatch.setattr(train.Trainer, "run", whole)
+    code, err, n = run("--resume", "--max-iters", "6", "--eval-interval", "2", capsys=capsys)
+    [note] = _notes(err)
+    assert code == 0 and n == 0 and "training eagerly: 2 steps against" in note, note
 
 
 def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypatch):

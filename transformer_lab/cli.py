@@ -262,8 +262,8 @@ def _train(args: argparse.Namespace) -> int:
         distributed.init(world, device)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc))
-    if args.compile:
-        args.compile = _can_compile(device, world)
+    if args.compile is not False:  # forced (True) or decided once the run is set up (None)
+        args.compile = args.compile if _can_compile(device, world) else False
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # SIGTERM acts as Ctrl-C does
     try:
@@ -352,11 +352,14 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
                   device, precision) -> int:
     import torch
 
+    from transformer_lab import compile_policy as policy
+    from transformer_lab.train import use_compile_cache
+
     torch.manual_seed(tc.seed)
     try:
         model = GPT(mc).to(device)
-        trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet, compile=args.compile,
-                          precision=precision, world=world)
+        trainer = Trainer(model, corpus, tc, checkpoint=out, progress=not args.quiet, precision=precision,
+                          world=world)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc))
     say = print if world.is_main else _silent  # progress and results from rank 0 only
@@ -368,6 +371,12 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
         say(f"resuming {out} at step {trainer.step} of {tc.max_iters}")
     elif out.exists() and not args.force:
         return _fail(f"{out} exists; pass --resume to continue it or --force to overwrite it")
+    compile_key = _compile_key(mc, tc, args.dtype, device, world)
+    cached = policy.is_cached(use_compile_cache(), compile_key)
+    if args.compile is None:
+        args.compile = _choose_compile(trainer, tc, device, world, compile_key, cached)
+    if args.compile:
+        trainer.compile_()
     say(f"{corpus.name}: {len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}, "
         f"sha256 {corpus.sha256[:12]}...; model {model.num_params():,} parameters; {device}, {args.dtype}, "
         f"{world.size} process(es) x {tc.grad_accum} micro-batch(es) of {tc.batch_size} = "
@@ -397,9 +406,60 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
         kept = f"; the last good checkpoint {out} (step {ckpt.read(out)[0]['step']}) is kept" if _readable(out) \
             else ""
         return _fail(f"could not write the checkpoint {out}: {exc}{kept}")
+    if world.is_main:
+        _record_costs(trainer, compile_key, compiled=args.compile, cached=cached)
     say(f"done: {tc.max_iters} steps; val loss over the whole val split {val:.4f} nats/char; "
         f"checkpoint {out}")
     return 0
+
+
+def _compile_key(mc, tc, dtype: str, device, world) -> str:
+    """What this run's compiled kernels (and their costs) depend on."""
+    import dataclasses
+
+    import torch
+
+    from transformer_lab import compile_policy as policy
+
+    return policy.config_key(model=dataclasses.asdict(mc), batch=tc.batch_size, block=tc.block_size,
+                             accum=tc.grad_accum, dtype=dtype, device=device.type, world=world.size,
+                             threads=torch.get_num_threads())
+
+
+def _choose_compile(trainer, tc, device, world, key: str, cached: bool) -> bool:
+    """The default: compile when the steps left repay the start-up (:mod:`~transformer_lab.compile_policy`); one
+    line on stderr (rank 0) says which and why. Every rank takes the same choice."""
+    import torch
+
+    from transformer_lab import compile_policy as policy
+    from transformer_lab import distributed
+    from transformer_lab.train import use_compile_cache
+
+    x = torch.zeros(tc.batch_size, tc.block_size, dtype=torch.long, device=device)
+    eager_s = policy.eager_step_seconds(trainer.loss_of, x, x)
+    choice = policy.decide(tc.max_iters - trainer.step, eager_s, policy.costs_for(use_compile_cache(), key, eager_s),
+                           cached=cached)
+    compile = distributed.agree(choice.compile, world)
+    if world.is_main:
+        reason = choice.reason if compile == choice.compile else "training eagerly: not every rank's steps repay " \
+                                                                 "the compile"
+        print(f"note: {reason}", file=sys.stderr)
+    return compile
+
+
+def _record_costs(trainer, key: str, *, compiled: bool, cached: bool) -> None:
+    """Keep this run's measured step times (and a compiled run's start-up) beside the compiled kernels, for the
+    next run's choice."""
+    from transformer_lab import compile_policy as policy
+    from transformer_lab.train import use_compile_cache
+
+    timing = policy.start_up_seconds(trainer.step_seconds)
+    if not compiled:
+        policy.remember(use_compile_cache(), key, eager_step_s=timing and timing[1])
+        return
+    start, step = timing or (None, None)
+    policy.remember(use_compile_cache(), key, compiled=True, compiled_step_s=step,
+                    **{"warm_s" if cached else "cold_s": start})
 
 
 def _silent(*args, **kwargs) -> None:
@@ -650,10 +710,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint at --out")
     p.add_argument("--weights-only", action="store_true", help="finish with a small weights-only checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                   help="fuse the training step with torch.compile when this machine has a working C++ compiler "
-                        "(default; the first run compiles for ~10-60 s, later runs reuse the cached kernels); "
-                        "--no-compile trains eagerly")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="fuse the training step with torch.compile (needs a working C++ compiler on a CPU); by "
+                        "default only when the run's steps repay the compile's start-up (one line says which and "
+                        "why); --compile always, --no-compile never")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; fix it for bit-identical reruns)")
     for name, default in (("n_layer", m.n_layer), ("n_head", m.n_head), ("d_model", m.d_model),

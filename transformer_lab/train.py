@@ -219,11 +219,7 @@ class Trainer:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device] if self.device.type == "cuda" else None)
         self._wrapped = self.ddp or model  # what the training forward calls
-        if compile:
-            use_compile_cache()
-        # the training step's forward pass and loss, compiled as one function (one graph at the recipe's shapes in
-        # one process; under torchrun, DDP's forward splits it in two)
-        self.loss_of = torch.compile(self._loss_of) if compile else self._loss_of
+        self.loss_of = self._loss_of
         # float16's narrow range needs the loss scaled up before backward (and the gradients down after)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision == torch.float16)
         c = config
@@ -231,7 +227,9 @@ class Trainer:
         self.optimizer = FastAdamW(decay_groups(model, c.weight_decay), lr=c.lr, betas=(c.beta1, c.beta2),
                                check_finite=c.grad_clip == 0)
         # one tensor per group: the update in eight operations per group, not per tensor (one kernel when compiled)
-        self.optimizer.flatten_(compile=compile)
+        self.optimizer.flatten_()
+        if compile:
+            self.compile_()
         self.schedule = WarmupCosine(c.lr, c.min_lr, c.warmup, c.max_iters)
         self.generator = torch.Generator().manual_seed(c.seed)  # the batch sampler, the same on every rank
         torch.manual_seed(c.seed + world.rank)  # dropout draws from the global generator, its own on each rank
@@ -243,6 +241,15 @@ class Trainer:
         self.step = 0
         self.history: dict[str, list] = {"loss": [], "eval": []}
         self.tokens_per_s = 0.0
+        self.step_seconds: list[float] = []  # wall time of this process's first steps (the first holds a compile)
+
+    def compile_(self) -> None:
+        """Run the training forward with its loss (and so their backward), the update and the clipping through
+        ``torch.compile`` from the next step on (the class docstring says what that does)."""
+        use_compile_cache()
+        # one graph at the recipe's shapes in one process; under torchrun, DDP's forward splits it in two
+        self.loss_of = torch.compile(self._loss_of)
+        self.optimizer.flatten_(compile=True)
 
     @property
     def global_batch(self) -> int:
@@ -425,6 +432,8 @@ class Trainer:
                                              batch_size=self.global_batch, generator=self.generator))  # (K·B, T)
                 loss = self.train_step(x, y)
                 dt = time.perf_counter() - t0
+                if len(self.step_seconds) < 64:
+                    self.step_seconds.append(dt)
                 self.history["loss"].append(loss)
                 rate = tokens / max(dt, 1e-9)
                 self.tokens_per_s = rate if self.tokens_per_s == 0 else 0.9 * self.tokens_per_s + 0.1 * rate
