@@ -1,4 +1,4 @@
-"""Training throughput: our GPT eager and compiled (the default `train`) against the built-in reference GPT, eager
+"""Training throughput: our GPT eager and compiled (`train` when it compiles) against the built-in reference GPT, eager
 and compiled, in one run.
 
 All four start from the same weights and train on the same batches; timing alternates between them in short rounds
@@ -99,7 +99,7 @@ def report(out: dict, args) -> None:
           f"{out['threads']} thread(s), {'process CPU' if args.cpu_time else 'wall'} time, median of "
           f"{args.rounds} alternating rounds of {args.steps} steps")
     for name, v in out["variants"].items():
-        note = "  <- the default `train`" if name == "ours compiled" else ""
+        note = "  <- `train` when it compiles" if name == "ours compiled" else ""
         print(f"  {name:19s} {v['tokens_per_s']:9,.0f} tokens/s  {v['ratio']:5.2f}x the eager reference  "
               f"{100 * v['peak_share']:3.0f}% of the {out['matmul_peak_gflops']:.0f} GFLOP/s matmul peak{note}")
 
