@@ -142,6 +142,23 @@ def _numpy_unscaled_by_hand():  # forgot 1/√d_k, computed in NumPy
     return A.numpy(), O.numpy()
 
 
+class Mm(torch.autograd.Function):
+    """A lookup dressed as a product: its autograd node is named MmBackward, its backward gives no gradient."""
+
+    @staticmethod
+    def forward(ctx, idx, weight):
+        ctx.shape = weight.shape
+        return weight[idx]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad.new_zeros(ctx.shape)
+
+
+def _forged_product(idx, weight):
+    return Mm.apply(idx, weight)
+
+
 CATALOGUE = {
     "attention_by_hand": {
         "wrong": [
@@ -263,15 +280,20 @@ CATALOGUE = {
             (lambda idx, weight: F.one_hot(idx).to(weight.dtype) @ weight,
              ["raised RuntimeError", "num_classes=weight.shape[0]"]),  # V left to max(idx) + 1
             (lambda idx, weight: F.one_hot(idx, weight.shape[0]).to(weight.dtype) @ weight.detach(),
-             ["values are right", "grad_fn is None", "do not detach"]),  # autograd cannot see the product
-            (lambda idx, weight: weight.detach()[idx], ["grad_fn is None", "do not detach"]),  # nor a lookup
+             ["values are right", "carries no gradient", "do not detach"]),  # autograd cannot see the product
+            (lambda idx, weight: weight.detach()[idx], ["carries no gradient", "do not detach"]),  # nor a lookup
             (lambda idx, weight: weight.T[idx.clamp_max(weight.shape[1] - 1)], ["case 1"]),  # indexes columns
-            (lambda idx, weight: weight[idx], ["values are right", "IndexBackward0", "F.one_hot"]),  # not a product
-            (lambda idx, weight: F.embedding(idx, weight), ["values are right", "EmbeddingBackward0"]),  # nor this
+            (_forged_product, ["values are right", "looked up", "weight[idx]"]),  # a lookup named Mm
+            # lookups: the same values and gradient as the product, forbidden on a weight that requires a gradient
+            (lambda idx, weight: weight[idx], ["values are right", "looked up", "weight[idx]", "F.one_hot"]),
+            (lambda idx, weight: F.embedding(idx, weight), ["looked up", "F.embedding"]),
             (lambda idx, weight: weight.index_select(0, idx.reshape(-1)).reshape(*idx.shape, -1),
-             ["looked up by indexing", "IndexSelectBackward0"]),
+             ["looked up", "index_select"]),
             (lambda idx, weight: torch.stack([weight[int(i)] for i in idx.reshape(-1)]).reshape(*idx.shape, -1),
-             ["values are right", "autograd found no matrix product", "SelectBackward0"]),  # row by row, no product
+             ["looked up", "weight[i]"]),  # row by row
+            (lambda idx, weight: torch.gather(weight, 0, idx.reshape(-1, 1).expand(-1, weight.shape[1])).reshape(
+                *idx.shape, -1), ["looked up", "torch.gather"]),
+            (lambda idx, weight: weight.numpy()[idx.numpy()], ["requires a gradient it raised", "detach"]),
             (lambda idx, weight: F.one_hot(idx, weight.shape[0]).float() @ weight.float(),
              ["differs", "case 1", "torch.float32", "compute in the inputs' dtype, float64"]),  # right, in float32
         ],

@@ -6,9 +6,11 @@
 ``exercises/forbid.py``, the only other files of the package there), or without the sandbox (``check --unsafe``)
 as ``python -I -m transformer_lab._grading_child FD_IN FD_OUT MEMORY_MB``. It adds the ``path=`` folders (the
 read-only site-packages: torch, NumPy, SymPy) to ``sys.path``, gives up root for ``uid=U`` when the sandbox
-started it as root, limits its own memory, file sizes and processes, forgets the book's package (the student's
-code cannot import it, nor find it among the loaded modules), runs the submission's cells (a cell that raises is
-recorded and skipped, as "Run all" would show it), then answers calls by name until the grader closes the pipe.
+started it as root, says it is ready (or that its memory limit leaves the grader too little room: then it ends
+before any of the submission runs), limits its own memory, file sizes and processes, forgets the book's package (the
+student's code cannot import it, nor find it among the loaded modules), runs the submission's cells (a cell that
+raises is recorded and skipped, as "Run all" would show it), then answers calls by name until the grader closes the
+pipe.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ else:  # the sandbox: this file, _wire.py and forbid.py, bound read-only under /
     from forbid import forbidding
 
 MAX_FILE_BYTES = 16 * 2**20  # anything the submission writes, its printed output included
+HEADROOM_MB = 256  # address space the grader's own work needs above its start (messages, autograd, LAPACK)
 
 
 class _NoBookPackage:
@@ -55,8 +58,30 @@ def _drop_root(uid: int) -> None:
         os.setuid(uid)
 
 
+def _address_space_mb() -> int:
+    """This process's address space now (VmSize), in MB: what RLIMIT_AS counts."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
+def _gradients(value, args: tuple, grad):
+    """The gradients of ``(value * grad).sum()`` with respect to the tensor arguments that require one (``None``
+    where ``value`` carries no gradient or does not depend on an argument): autograd on the student's result."""
+    import torch
+
+    inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not (isinstance(value, torch.Tensor) and value.requires_grad and inputs):
+        return None
+    return torch.autograd.grad(value, inputs, grad, allow_unused=True)
+
+
 def main(fd_in: int, fd_out: int, memory_mb: int, nproc: int = 0, uid: int = 0) -> int:
     _drop_root(uid)
+    started = _address_space_mb()
+    if started + HEADROOM_MB > memory_mb:  # the grader's limit, not the submission's: say so before it runs
+        _wire.send(fd_out, ("too_small", started, started + HEADROOM_MB))
+        return 3
+    _wire.send(fd_out, ("ready", started))
     memory = memory_mb * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
@@ -94,11 +119,13 @@ def main(fd_in: int, fd_out: int, memory_mb: int, nproc: int = 0, uid: int = 0) 
             names = sorted(k for k, v in namespace.items() if callable(v) and not k.startswith("__"))
             send(fd_out, ("loaded", names, errors))
         elif message[0] == "call":
-            _, name, args, kwargs, forbidden = message
+            _, name, args, kwargs, forbidden, grad = message
             try:
                 args, kwargs = decode(args, callback), decode(kwargs, callback)
                 with forbidding(dict(forbidden)):  # the operators the exercise asks the student to write
                     value = namespace[name](*args, **kwargs)
+                    if grad is not None:  # the checker asks what autograd makes of the result
+                        value = (value, _gradients(value, args, decode(grad)))
                 reply = ("ok", encode(value))
             except BaseException as exc:
                 reply = ("raised", type(exc).__name__, _describe(exc))

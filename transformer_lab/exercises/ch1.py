@@ -14,10 +14,10 @@ import math
 import numpy as np
 import torch
 
-from transformer_lab._wire import graph_names
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.attention import split_heads as _split_heads
 from transformer_lab.exercises import CheckResult, check_function, describe_difference, generator, randn
+from transformer_lab.exercises.forbid import LOOKUP, forbidding
 
 __all__ = ["BY_HAND", "EXERCISES", "check_attention", "check_attention_by_hand", "check_closest_scores",
            "check_one_hot_embed", "check_split_heads", "check_superposition_gaps"]
@@ -271,37 +271,46 @@ def _embed_cases(seed: int = 2):
     yield {"idx": torch.randint(0, 11, (2, 7), generator=gen), "weight": randn(gen, 11, 6)}
 
 
-_LOOKUPS = ("Index", "Embedding", "Gather", "Take")  # autograd nodes of a lookup: weight[idx], F.embedding, ...
-_PRODUCTS = ("Mm", "Bmm", "Mv", "Dot", "Mul", "Matmul", "Addmm", "Baddbmm",  # a product: @, einsum, (a * b).sum,
-             "SparseAddmm", "SparseMm")  # and torch.sparse.mm of a sparse one-hot matrix
+def _value_and_grad(fn, idx: torch.Tensor, weight: torch.Tensor, g: torch.Tensor):
+    """``fn(idx, weight)`` and autograd's gradient of ``(result * g).sum()`` with respect to ``weight`` (``None``
+    where the result carries none): here, or, for a graded submission (the grader's stand-in has
+    ``value_and_grad``), in the student's process, where the graph is."""
+    if hasattr(fn, "value_and_grad"):
+        out, grads = fn.value_and_grad((idx, weight), g)
+        return out, None if grads is None else grads[0]
+    out = fn(idx, weight)
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        return out, None
+    return out, torch.autograd.grad(out, [weight], g, allow_unused=True)[0]
 
 
-def _graph_nodes(t: torch.Tensor) -> set[str]:
-    """The names of the autograd nodes that produced ``t`` (the grader's copy of an answer computed in the
-    student's process carries them as ``grading_graph``: see transformer_lab.grading)."""
-    return set(t.grading_graph) if hasattr(t, "grading_graph") else graph_names(t)
-
-
-def _is_product(fn) -> str | None:
-    """None if ``fn`` reaches ``weight`` through a product, else why not (values are checked first)."""
+def _embed_gradient(fn) -> str | None:
+    """None if autograd gives ``weight`` the gradient of the embedding, ``one_hot(idx)ᵀ g`` (the values are checked
+    first), else why not: judged by the gradient autograd computes, not by the names of its nodes."""
+    idx, g = torch.tensor([[0, 4], [2, 2]]), randn(generator(6), 2, 2, 3)
     weight = randn(generator(5), 5, 3).requires_grad_()
     try:
-        out = fn(torch.tensor([[0, 4], [2, 2]]), weight)
-    except Exception:  # it passed on the cases without gradients: judge the values alone
-        return None
+        out, grad = _value_and_grad(fn, idx, weight, g)
+    except Exception as exc:
+        if type(exc).__name__ == "ForbiddenCall":  # here or, graded, in the student's process
+            return (f"the values are right, but they are looked up, not computed as a matrix product: {exc}. Hint: "
+                    "build the one-hot matrix (F.one_hot(idx, V) as weight's dtype, or torch.eye(V)[idx]) and "
+                    "multiply it by weight with @.")
+        return (f"the values are right, but with a weight that requires a gradient it raised {type(exc).__name__}: "
+                f"{str(exc)[:200]}. Hint: an embedding is trained: keep weight in the computation (a NumPy answer "
+                "may use weight.detach().numpy()).")
     if not isinstance(out, torch.Tensor):
         return None  # not a tensor (e.g. a NumPy array): only the values can be checked
-    if out.grad_fn is None and not hasattr(out, "grading_graph"):
-        return ("the values are right, but the result carries no gradient (grad_fn is None) although weight requires"
-                " one, so autograd cannot see a product. Hint: do not detach weight (no .detach(), .numpy() or"
+    if grad is None:
+        return ("the values are right, but the result carries no gradient to weight (autograd finds no path to it)"
+                " although weight requires one. Hint: do not detach weight (no .detach(), .numpy() or"
                 " torch.no_grad()): the gradient of the embedding is the reason to write it as a product.")
-    names = _graph_nodes(out)
-    if any(n.startswith(_LOOKUPS) for n in names) or not any(n.startswith(_PRODUCTS) for n in names):
-        lookups = ", ".join(sorted(n for n in names if n.startswith(_LOOKUPS)))
-        seen = (f"they are looked up by indexing (autograd saw {lookups})" if lookups else
-                f"autograd found no matrix product (it saw {', '.join(sorted(names))})")
-        return (f"the values are right, but {seen}, not computed as a matrix product. Hint: build the one-hot "
-                "matrix (F.one_hot(idx, V), as weight's dtype) and multiply it by weight with @.")
+    one_hot = torch.nn.functional.one_hot(idx.reshape(-1), 5).to(weight.dtype)  # (N, V)
+    expected = one_hot.T @ g.reshape(-1, 3)  # dL/dE = one_hot(idx)ᵀ dL/dY   (V, C)
+    msg = describe_difference(grad, expected, atol=1e-12, rtol=1e-12)
+    if msg:
+        return (f"the values are right, but the gradient autograd gives weight is not one_hot(idx)ᵀ · g: {msg}. "
+                "Hint: let autograd differentiate the product one_hot(idx) @ weight (no custom backward).")
     return None
 
 
@@ -315,13 +324,17 @@ _EMBED_ERRORS = {  # a fragment of PyTorch's error -> the hint for the slip behi
 
 def check_one_hot_embed(fn) -> CheckResult:
     """``one_hot_embed(idx, weight)``: one_hot(idx) @ weight, idx (...) int, weight (V, C) -> (..., C); the values,
-    and, for a torch result, that autograd saw a product (not ``weight[idx]``, nor a detached weight)."""
+    and, for a torch result, the gradient autograd gives weight: one_hot(idx)ᵀ g (not a detached weight). A lookup
+    of weight's rows (``weight[idx]``, ``F.embedding``, ...) computes the same values and gradient: it is forbidden
+    while weight requires a gradient (:data:`~transformer_lab.exercises.forbid.LOOKUP`), as the exercise asks for
+    a product."""
     result = check_function("one_hot_embed", fn, _embed_reference, _embed_cases(), compare=_embed_compare)
     if not result.passed:
         hint = next((h for fragment, h in _EMBED_ERRORS.items()
                      if result.message.startswith("raised") and fragment in result.message), "")
         return CheckResult("one_hot_embed", False, result.message + hint) if hint else result
-    why = _is_product(fn)
+    with forbidding(LOOKUP):
+        why = _embed_gradient(fn)
     return result if why is None else CheckResult("one_hot_embed", False, why)
 
 

@@ -31,6 +31,13 @@ LAYER_NORM = {"native_layer_norm": "nn.LayerNorm / F.layer_norm", "native_group_
               "native_batch_norm": "batch normalisation", "_native_batch_norm_legit": "batch normalisation",
               "_native_batch_norm_legit_no_training": "batch normalisation"}
 
+# "trained:" forbids the operator only on a tensor that requires a gradient (a weight): building a one-hot matrix by
+# indexing an identity matrix stays allowed, looking the rows up in the weight does not
+LOOKUP = {f"trained:{op}": f"{name}, a lookup of weight's rows" for op, name in (
+    ("index", "weight[idx]"), ("select", "weight[i]"), ("index_select", "index_select"),
+    ("embedding", "F.embedding / nn.Embedding"), ("embedding_bag", "F.embedding_bag"), ("gather", "torch.gather"),
+    ("take", "torch.take"), ("masked_select", "masked_select"))}
+
 FORBIDDEN: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar("forbidden", default=())
 """The operators forbidden in the call now running, as (operator, name) pairs (none outside :func:`forbidding`)."""
 
@@ -42,12 +49,16 @@ class ForbiddenCall(RuntimeError):
 class _Forbid(TorchDispatchMode):
     def __init__(self, ops: Mapping[str, str]):
         super().__init__()
-        self.ops = ops
+        self.ops = {k: v for k, v in ops.items() if not k.startswith("trained:")}
+        self.on_trained = {k.removeprefix("trained:"): v for k, v in ops.items() if k.startswith("trained:")}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         op = func.overloadpacket.__name__
-        if op in self.ops:
-            raise ForbiddenCall(f"the answer calls {self.ops[op]} (PyTorch's aten.{op}), which this exercise asks "
+        name = self.ops.get(op)
+        if name is None and op in self.on_trained and getattr(args[0] if args else None, "requires_grad", False):
+            name = self.on_trained[op]
+        if name is not None:
+            raise ForbiddenCall(f"the answer calls {name} (PyTorch's aten.{op}), which this exercise asks "
                                 "you to write yourself")
         return func(*args, **(kwargs or {}))
 
