@@ -225,3 +225,21 @@ def test_compiled_training_equals_eager_up_to_round_off():
     assert len(histories[0]) == 3
     assert histories[1] == pytest.approx(histories[0], rel=1e-4)
     assert torch.allclose(weights[1], weights[0], rtol=0, atol=1e-5)  # lr 1e-3 steps: 1e-5 is 1% of one
+
+
+def test_compiling_the_blocks_alone_trains_as_eagerly_up_to_round_off():
+    """Trainer.compile_(blocks=True) compiles each block (one shared code) and the update, and leaves the forward
+    with its loss eager: the same losses and weights up to round-off."""
+    tc = replace(TC, max_iters=3, eval_interval=3, warmup=1)
+    histories, weights = [], []
+    for blocks in (None, True):
+        model, corpus = _setup(tc)
+        trainer = Trainer(model, corpus, tc, progress=False)
+        if blocks:
+            trainer.compile_(blocks=True)
+            assert trainer.loss_of == trainer._loss_of and trainer.optimizer._kernel is not None
+            assert all(b._compiled_call_impl is not None for b in model.blocks)
+        histories.append(trainer.run()["loss"])
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert histories[1] == pytest.approx(histories[0], rel=1e-4)
+    assert torch.allclose(weights[1], weights[0], rtol=0, atol=1e-5)

@@ -47,17 +47,23 @@ def test_a_short_default_run_trains_eagerly_and_says_why(run, capsys):
     code, err, n = run(capsys=capsys)
     [note] = _notes(err)
     assert code == 0 and n == 0
-    assert note.startswith("note: training eagerly: 4 steps against a break-even of ") and "empty compile cache" \
-        in note and note.endswith("--compile compiles anyway"), note
+    assert note.startswith("note: training eagerly: 4 steps would not repay a compile (the blocks: break-even ") \
+        and "empty compile cache" in note and note.endswith("--compile compiles anyway"), note
 
 
-def test_a_default_run_that_repays_the_start_up_compiles(run, capsys, monkeypatch):
+def test_a_default_run_that_repays_the_start_up_compiles_what_saves_most(run, capsys, monkeypatch):
     _needs_a_compiler()
-    monkeypatch.setattr(compile_policy, "PRIOR", compile_policy.Costs(cold_s=1e-9, warm_s=1e-9, speedup=2.0))
+    cheap, dear = compile_policy.Costs(1e-9, 1e-9, 2.0), compile_policy.Costs(1e9, 1e9, 4.0)
+    monkeypatch.setattr(compile_policy, "PRIOR", {"blocks": cheap, "whole": compile_policy.Costs(1e-9, 1e-9, 4.0)})
     code, err, n = run(capsys=capsys)
     [note] = _notes(err)
     assert code == 0 and n == 3  # the forward with its loss, the update, the clipping
-    assert note.startswith("note: compiling the training step: 4 steps against a break-even of 1 "), note
+    assert note.startswith("note: compiling the whole training step: 4 steps, break-even 1 steps"), note
+    monkeypatch.setattr(compile_policy, "PRIOR", {"blocks": cheap, "whole": dear})
+    code, err, n = run("--n-layer", "2", capsys=capsys)
+    [note] = _notes(err)
+    assert code == 0 and n == 4  # each of the two blocks, the update, the clipping
+    assert note.startswith("note: compiling the blocks: 4 steps, break-even 1 steps"), note
 
 
 def test_compile_and_no_compile_force_either(run, capsys):
@@ -74,10 +80,12 @@ def test_a_compiled_run_records_its_costs_and_the_next_run_counts_the_cache_warm
     (cache / "fxgraph" / "ab").mkdir(parents=True)  # as inductor leaves it (the recorder compiles nothing)
     assert run("--compile", capsys=capsys)[0] == 0
     [entry] = json.loads((cache / compile_policy.COSTS_FILE).read_text()).values()
+    entry = entry["whole"]  # --compile compiles the whole step
     assert entry["compiled"] is True and entry["cold_s"] >= 0 and entry["compiled_step_s"] > 0
     code, err, _ = run(capsys=capsys)
     [note] = _notes(err)
-    assert code == 0 and "its kernels cached" in note, note
+    assert code == 0 and "empty compile cache; the whole training step: " in note, note
+    assert note.endswith("its kernels cached); --compile compiles anyway"), note
 
 
 def test_a_resumed_run_counts_only_the_steps_left(run, capsys, monkeypatch):
@@ -88,10 +96,13 @@ def test_a_resumed_run_counts_only_the_steps_left(run, capsys, monkeypatch):
     monkeypatch.setattr(train.Trainer, "run", whole)
     code, err, n = run("--resume", "--max-iters", "6", "--eval-interval", "2", capsys=capsys)
     [note] = _notes(err)
-    assert code == 0 and n == 0 and "training eagerly: 2 steps against" in note, note
+    assert code == 0 and n == 0 and "training eagerly: 2 steps would not repay" in note, note
 
 
-def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypatch):
+@pytest.mark.parametrize("flags", [("--compile",), ()])
+def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypatch, flags):
+    """Forced, or chosen by default (here the priors make any compile pay), a compile without a C++ compiler
+    trains eagerly and says why in one line."""
     from torch._inductor import cpp_builder
     from torch._inductor.exc import InvalidCxxCompiler
 
@@ -99,15 +110,23 @@ def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypa
         raise InvalidCxxCompiler
 
     monkeypatch.setattr(cpp_builder, "get_cpp_compiler", missing)
+    monkeypatch.setattr(compile_policy, "PRIOR", dict.fromkeys(compile_policy.MODES, compile_policy.Costs(
+        1e-9, 1e-9, 2.0)))
     train._cpu_compiler_problem.cache_clear()
     try:
-        code, err, n = run(capsys=capsys)
+        code, err, n = run(*flags, capsys=capsys)
     finally:
         train._cpu_compiler_problem.cache_clear()
-    notes = [line for line in err.splitlines() if "torch.compile" in line]
     assert code == 0 and n == 0
-    assert notes == ["note: training without torch.compile: no working C++ compiler for torch.compile's CPU backend "
-                     "(InvalidCxxCompiler; set CXX)"]
+    assert _notes(err) == ["note: training without torch.compile: no working C++ compiler for torch.compile's CPU "
+                           "backend (InvalidCxxCompiler; set CXX)"]
+
+
+def test_a_short_default_run_never_checks_the_compiler(run, capsys, monkeypatch):
+    """Deciding not to compile costs no compiler check (it builds a test library) and no import of inductor."""
+    monkeypatch.setattr(train, "compile_problem", lambda device: pytest.fail("the compiler was checked"))
+    code, err, n = run(capsys=capsys)
+    assert code == 0 and n == 0 and _notes(err)[0].startswith("note: training eagerly")
 
 
 def test_the_compile_cache_goes_to_the_users_cache_unless_set(monkeypatch, tmp_path):

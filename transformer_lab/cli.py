@@ -262,8 +262,8 @@ def _train(args: argparse.Namespace) -> int:
         distributed.init(world, device)
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc))
-    if args.compile is not False:  # forced (True) or decided once the run is set up (None)
-        args.compile = args.compile if _can_compile(device, world) else False
+    if args.compile:  # forced; by default (None) decided once the run is set up, and checked then if it compiles
+        args.compile = _can_compile(device, world)
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # SIGTERM acts as Ctrl-C does
     try:
@@ -374,9 +374,15 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
     compile_key = _compile_key(mc, tc, args.dtype, device, world)
     cached = policy.is_cached(use_compile_cache(), compile_key)
     if args.compile is None:
-        args.compile = _choose_compile(trainer, tc, device, world, compile_key, cached)
-    if args.compile:
-        trainer.compile_()
+        mode, reason = _choose_compile(trainer, tc, device, world, compile_key, cached)
+        if mode is not None and not _can_compile(device, world):  # which says why in one line
+            mode = None
+        elif world.is_main:
+            print(f"note: {reason}", file=sys.stderr)
+    else:
+        mode = "whole" if args.compile else None
+    if mode is not None:
+        trainer.compile_(blocks=mode == "blocks")
     say(f"{corpus.name}: {len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}, "
         f"sha256 {corpus.sha256[:12]}...; model {model.num_params():,} parameters; {device}, {args.dtype}, "
         f"{world.size} process(es) x {tc.grad_accum} micro-batch(es) of {tc.batch_size} = "
@@ -407,7 +413,7 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
             else ""
         return _fail(f"could not write the checkpoint {out}: {exc}{kept}")
     if world.is_main:
-        _record_costs(trainer, compile_key, compiled=args.compile, cached=cached)
+        _record_costs(trainer, compile_key, mode=mode, cached=cached.get(mode, False))
     say(f"done: {tc.max_iters} steps; val loss over the whole val split {val:.4f} nats/char; "
         f"checkpoint {out}")
     return 0
@@ -426,9 +432,9 @@ def _compile_key(mc, tc, dtype: str, device, world) -> str:
                              threads=torch.get_num_threads())
 
 
-def _choose_compile(trainer, tc, device, world, key: str, cached: bool) -> bool:
-    """The default: compile when the steps left repay the start-up (:mod:`~transformer_lab.compile_policy`); one
-    line on stderr (rank 0) says which and why. Every rank takes the same choice."""
+def _choose_compile(trainer, tc, device, world, key: str, cached: dict[str, bool]) -> tuple[str | None, str]:
+    """The default: eagerly (None), or the compile mode that the steps left repay best
+    (:mod:`~transformer_lab.compile_policy`), and one line saying why. Every rank takes the same choice."""
     import torch
 
     from transformer_lab import compile_policy as policy
@@ -439,26 +445,23 @@ def _choose_compile(trainer, tc, device, world, key: str, cached: bool) -> bool:
     eager_s = policy.eager_step_seconds(trainer.loss_of, x, x)
     choice = policy.decide(tc.max_iters - trainer.step, eager_s, policy.costs_for(use_compile_cache(), key, eager_s),
                            cached=cached)
-    compile = distributed.agree(choice.compile, world)
-    if world.is_main:
-        reason = choice.reason if compile == choice.compile else "training eagerly: not every rank's steps repay " \
-                                                                 "the compile"
-        print(f"note: {reason}", file=sys.stderr)
-    return compile
+    # the same mode on every rank (each agree gives every rank the same answer, so all stop at the same mode)
+    mode = next((m for m in policy.MODES if distributed.agree(choice.mode == m, world)), None)
+    return mode, choice.reason if mode == choice.mode else "training eagerly: the ranks' measurements disagree"
 
 
-def _record_costs(trainer, key: str, *, compiled: bool, cached: bool) -> None:
+def _record_costs(trainer, key: str, *, mode: str | None, cached: bool) -> None:
     """Keep this run's measured step times (and a compiled run's start-up) beside the compiled kernels, for the
     next run's choice."""
     from transformer_lab import compile_policy as policy
     from transformer_lab.train import use_compile_cache
 
     timing = policy.start_up_seconds(trainer.step_seconds)
-    if not compiled:
+    if mode is None:
         policy.remember(use_compile_cache(), key, eager_step_s=timing and timing[1])
         return
     start, step = timing or (None, None)
-    policy.remember(use_compile_cache(), key, compiled=True, compiled_step_s=step,
+    policy.remember(use_compile_cache(), key, mode, compiled=True, compiled_step_s=step,
                     **{"warm_s" if cached else "cold_s": start})
 
 
@@ -712,8 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="fuse the training step with torch.compile (needs a working C++ compiler on a CPU); by "
-                        "default only when the run's steps repay the compile's start-up (one line says which and "
-                        "why); --compile always, --no-compile never")
+                        "default only when the run's steps repay the compile's start-up, and then the blocks alone "
+                        "(a short compile) or the whole step (a longer one, a faster step), whichever saves more; "
+                        "one line says which and why; --compile compiles the whole step, --no-compile never")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; fix it for bit-identical reruns)")
     for name, default in (("n_layer", m.n_layer), ("n_head", m.n_head), ("d_model", m.d_model),

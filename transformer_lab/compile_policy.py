@@ -1,14 +1,17 @@
-"""When compiling the training step pays, for the default ``train``.
+"""When compiling the training step pays, and how much of it to compile, for the default ``train``.
 
 ``torch.compile`` costs time once, before the first step: a cold start (an empty compile cache) writes and builds
 the kernels; a warm start (this configuration's kernels cached) still traces the model and loads them. After that a
-step takes t_e / s instead of the eager t_e, for a speed-up s. Over n steps compiling pays when
+step takes t_e / s instead of the eager t_e, for a speed-up s. Over n steps a compile pays when
 
     n · t_e · (1 − 1/s) > C    ⇔    n > n* = C / (t_e · (1 − 1/s)),
 
-n* the break-even number of steps and C the cold or warm start-up. t_e is measured on this configuration's shapes
-(:func:`eager_step_seconds`); C and s are this machine's own measurements for this configuration once a run
-recorded them (:func:`remember`, kept beside the compiled kernels), else :data:`PRIOR`.
+n* the break-even number of steps and C the cold or warm start-up. Two ways to compile (:data:`MODES`) trade C
+against s: ``blocks`` compiles one transformer block's code, shared by all blocks (small C, smaller s); ``whole``
+compiles the whole forward with its loss (larger C, larger s). The choice is the one with the least predicted
+time over the steps left: n · t_e eagerly, C + n · t_e / s compiled. t_e is measured on this configuration's
+shapes (:func:`eager_step_seconds`); C and s are this machine's own measurements for this configuration once a
+run recorded them (:func:`remember`, kept beside the compiled kernels), else :data:`PRIOR`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 import torch
 
 COSTS_FILE = "transformer_lab-compile-costs.json"
+MODES = {"blocks": "compiling the blocks", "whole": "compiling the whole training step"}
 
 
 @dataclass(frozen=True)
@@ -36,15 +40,17 @@ class Costs:
 
 
 # as `train` recorded them for the recipe configuration on the development machine (2 cores, 1 thread, other work
-# running): a cold start 31 s, a warm one 8 s (the first step less a later one), a step 62 ms eager and 46 ms
-# compiled; rounded towards eager, as a wrong choice to compile costs more than a wrong choice not to
-PRIOR = Costs(cold_s=35.0, warm_s=10.0, speedup=1.35)
+# running; the first step less a later one): eager 56 ms a step; the blocks 11 s cold, 1.8 s warm, 49 ms a step;
+# the whole step 41 s cold, 8 s warm, 43 ms a step; rounded towards eager, as a wrong choice to compile costs more
+# than a wrong choice not to
+PRIOR = {"blocks": Costs(cold_s=12.0, warm_s=2.5, speedup=1.12),
+         "whole": Costs(cold_s=40.0, warm_s=10.0, speedup=1.28)}
 
 
 @dataclass(frozen=True)
 class Decision:
-    """Whether to compile, and one line saying why."""
-    compile: bool
+    """How to compile (a key of :data:`MODES`, or None: eagerly), and one line saying why."""
+    mode: str | None
     reason: str
 
 
@@ -54,26 +60,30 @@ def break_even(start_s: float, eager_step_s: float, speedup: float) -> float:
     return math.inf if saved <= 0 else start_s / saved
 
 
-def decide(steps: int, eager_step_s: float, costs: Costs, *, cached: bool) -> Decision:
-    """Compile when the ``steps`` left exceed the break-even for this start-up (warm when ``cached``)."""
-    start = costs.warm_s if cached else costs.cold_s
-    n = break_even(start, eager_step_s, costs.speedup)
-    cache = "its kernels cached" if cached else "an empty compile cache"
-    saved = eager_step_s * (1 - 1 / costs.speedup)
-    why = (f"{steps:,} steps against a break-even of {_steps(n)} (start-up about {start:.0f} s with {cache}, "
-           f"{1e3 * max(saved, 0):.1f} ms saved a step)")
-    if steps > n:
-        return Decision(True, f"compiling the training step: {why}; --no-compile trains eagerly")
-    return Decision(False, f"training eagerly: {why}; --compile compiles anyway")
+def decide(steps: int, eager_step_s: float, costs: dict[str, Costs], *, cached: dict[str, bool]) -> Decision:
+    """The way of training with the least predicted time over ``steps``: eagerly, or a mode of :data:`MODES` at
+    its warm start-up where ``cached`` says its kernels are cached, else its cold one."""
+    starts = {m: (c.warm_s if cached.get(m) else c.cold_s) for m, c in costs.items()}
+    saved = {m: steps * eager_step_s * (1 - 1 / c.speedup) - starts[m] for m, c in costs.items()}
+    evens = {m: break_even(starts[m], eager_step_s, c.speedup) for m, c in costs.items()}
 
+    def why(m: str) -> str:
+        cache = "its kernels cached" if cached.get(m) else "an empty compile cache"
+        even = "never breaks even" if math.isinf(evens[m]) else f"break-even {math.ceil(evens[m]):,} steps"
+        return f"{even}, start-up about {starts[m]:.0f} s with {cache}"
 
-def _steps(n: float) -> str:
-    return "never" if math.isinf(n) else f"{math.ceil(n):,}"
+    best = max(saved, key=saved.get)
+    if saved[best] <= 0:
+        return Decision(None, f"training eagerly: {steps:,} steps would not repay a compile ("
+                              + "; ".join(f"{MODES[m].removeprefix('compiling ')}: {why(m)}" for m in costs)
+                              + "); --compile compiles anyway")
+    return Decision(best, f"{MODES[best]}: {steps:,} steps, {why(best)}, about {saved[best]:.0f} s saved "
+                          "in all; --no-compile trains eagerly")
 
 
 def config_key(**shapes) -> str:
     """A name for what the compiled kernels depend on (model config, batch shape, precision, device, world size,
-    torch version): equal keys reuse the same cached kernels."""
+    threads, torch version): equal keys reuse the same cached kernels."""
     text = json.dumps({**shapes, "torch": torch.__version__}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -86,36 +96,48 @@ def _read(cache_dir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def _entry(data: dict, *path: str) -> dict:
+    for name in path:
+        data = data.get(name) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
-def costs_for(cache_dir: Path, key: str, eager_step_s: float) -> Costs:
-    """This machine's recorded costs for ``key``, each missing one from :data:`PRIOR` (a warm start scaled by the
-    recorded cold start, when only that is known); the speed-up is a recorded eager step (else ``eager_step_s``)
-    over a recorded compiled one."""
-    entry = _read(cache_dir).get(key, {})
-    entry = entry if isinstance(entry, dict) else {}
-    cold = _number(entry.get("cold_s"))
-    warm = _number(entry.get("warm_s")) or (cold and PRIOR.warm_s * cold / PRIOR.cold_s)
-    eager = _number(entry.get("eager_step_s")) or eager_step_s
-    compiled = _number(entry.get("compiled_step_s"))
-    speedup = eager / compiled if compiled else PRIOR.speedup
-    return Costs(cold or PRIOR.cold_s, warm or PRIOR.warm_s, speedup)
+def costs_for(cache_dir: Path, key: str, eager_step_s: float) -> dict[str, Costs]:
+    """Each mode's costs for ``key`` as recorded here, each missing one from :data:`PRIOR` (a warm start scaled by
+    the recorded cold start, when only that is known); the speed-up is a recorded eager step (else
+    ``eager_step_s``) over a recorded compiled one."""
+    record = _entry(_read(cache_dir), key)
+    eager = _number(record.get("eager_step_s")) or eager_step_s
+    out = {}
+    for mode, prior in PRIOR.items():
+        entry = _entry(record, mode)
+        cold = _number(entry.get("cold_s"))
+        warm = _number(entry.get("warm_s")) or (cold and prior.warm_s * cold / prior.cold_s)
+        compiled = _number(entry.get("compiled_step_s"))
+        out[mode] = Costs(cold or prior.cold_s, warm or prior.warm_s, eager / compiled if compiled else prior.speedup)
+    return out
 
 
-def is_cached(cache_dir: Path, key: str) -> bool:
-    """Whether a compiled run of ``key`` finished here and the compile cache still holds kernels."""
-    entry = _read(cache_dir).get(key)
-    return isinstance(entry, dict) and bool(entry.get("compiled")) and any((cache_dir / "fxgraph").glob("*"))
+def is_cached(cache_dir: Path, key: str) -> dict[str, bool]:
+    """For each mode, whether a compiled run of ``key`` finished here and the compile cache still holds kernels."""
+    kernels = any((cache_dir / "fxgraph").glob("*"))
+    record = _entry(_read(cache_dir), key)
+    return {mode: kernels and _entry(record, mode).get("compiled") is True for mode in MODES}
 
 
-def remember(cache_dir: Path, key: str, **measured) -> None:
-    """Record ``measured`` (``compiled=True``, ``cold_s``, ``warm_s``, ``eager_step_s``, ``compiled_step_s``) for
-    ``key``; written atomically, and a file that cannot be written is skipped (the next run uses the priors)."""
+def remember(cache_dir: Path, key: str, mode: str | None = None, **measured) -> None:
+    """Record ``measured`` for ``key``: ``eager_step_s`` (``mode`` None), or for a compile ``mode``
+    ``compiled=True``, ``cold_s``, ``warm_s``, ``compiled_step_s``; None values are left out. Written atomically;
+    a file that cannot be written is skipped (the next run uses the priors)."""
     data = _read(cache_dir)
-    entry = data.get(key) if isinstance(data.get(key), dict) else {}
-    data[key] = {**entry, **{k: v for k, v in measured.items() if v is not None}}
+    record = _entry(data, key)
+    new = {k: v for k, v in measured.items() if v is not None}
+    data[key] = {**record, **new} if mode is None else {**record, mode: {**_entry(record, mode), **new}}
+    tmp = None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=COSTS_FILE, suffix=".tmp")
@@ -123,7 +145,7 @@ def remember(cache_dir: Path, key: str, **measured) -> None:
             json.dump(data, f, indent=1, sort_keys=True)
         os.replace(tmp, cache_dir / COSTS_FILE)
     except OSError:
-        if "tmp" in locals():
+        if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
 
 
@@ -144,8 +166,8 @@ def eager_step_seconds(loss_of, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def start_up_seconds(step_seconds: list[float]) -> tuple[float, float] | None:
-    """From a compiled run's step times: (its start-up, a later step), the start-up being the first step less the
-    median of the later ones; None with fewer than three steps."""
+    """From a run's step times: (its start-up, a later step), the start-up being the first step less the median
+    of the later ones; None with fewer than three steps."""
     if len(step_seconds) < 3:
         return None
     later = sorted(step_seconds[1:])
