@@ -44,21 +44,7 @@ def two_pass_variance(x):
     return ((x - mean) ** 2).mean(dim=-1)
 
 
-def layer_norm_backward(x, g, eps):
-    mean = x.mean(dim=-1, keepdim=True)
-    r = torch.rsqrt(((x - mean) ** 2).mean(dim=-1, keepdim=True) + eps)
-    xhat = (x - mean) * r
-    return r * (g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True))
-
-
 # ---------------------------------------------------------------- typical wrong answers
-def lnb_one_pass(x, g, eps):  # sigma^2 = mean(x^2) - mu^2: cancels when the mean is far above the spread
-    mean = x.mean(dim=-1, keepdim=True)
-    r = torch.rsqrt((x**2).mean(dim=-1, keepdim=True) - mean**2 + eps)
-    xhat = (x - mean) * r
-    return r * (g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True))
-
-
 def op_largest_term(pattern, dtype):
     return math.log(torch.finfo(dtype).max)  # where e^a alone overflows
 
@@ -196,49 +182,6 @@ def var_welford(x):
     return m2 / x.shape[-1]
 
 
-def _xhat_r(x, eps, correction=0):
-    mean = x.mean(-1, keepdim=True)
-    r = 1 / torch.sqrt(x.var(-1, keepdim=True, correction=correction) + eps)
-    return (x - mean) * r, r
-
-
-def lnb_no_mean(x, g, eps):
-    xhat, r = _xhat_r(x, eps)
-    return r * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-
-
-def lnb_no_xhat_term(x, g, eps):
-    _xhat, r = _xhat_r(x, eps)
-    return r * (g - g.mean(-1, keepdim=True))
-
-
-def lnb_no_r(x, g, eps):
-    xhat, _r = _xhat_r(x, eps)
-    return g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)
-
-
-def lnb_sample_variance(x, g, eps):
-    xhat, r = _xhat_r(x, eps, correction=1)
-    return r * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-
-
-def lnb_sums(x, g, eps):
-    xhat, r = _xhat_r(x, eps)
-    return r * (g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True))
-
-
-def lnb_x_not_xhat(x, g, eps):
-    _xhat, r = _xhat_r(x, eps)
-    return r * (g - g.mean(-1, keepdim=True) - x * (g * x).mean(-1, keepdim=True))
-
-
-def lnb_eps_outside(x, g, eps):
-    mean = x.mean(-1, keepdim=True)
-    r = 1 / (x.var(-1, keepdim=True, correction=0).sqrt() + eps)
-    xhat = (x - mean) * r
-    return r * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-
-
 # ---------------------------------------------------------------- correct answers in other styles
 def op_fixed_point(pattern, dtype):
     log_max = math.log(torch.finfo(dtype).max)
@@ -286,22 +229,6 @@ def var_sum_of_squares(x):
 def var_shifted_data(x):
     y = x - x[..., :1]  # shift by one of the values: the one-pass formula is then harmless
     return (y**2).mean(-1) - y.mean(-1) ** 2
-
-
-def lnb_jacobian(x, g, eps):
-    C = x.shape[-1]
-    xhat, r = _xhat_r(x, eps)
-    eye = torch.eye(C, dtype=x.dtype)
-    J = r.unsqueeze(-1) * (eye - 1 / C - xhat.unsqueeze(-1) * xhat.unsqueeze(-2) / C)  # (..., C, C), symmetric
-    return torch.einsum("...ij,...j->...i", J, g)
-
-
-def lnb_sums_over_C(x, g, eps):
-    C = x.shape[-1]
-    centred = x - x.sum(-1, keepdim=True) / C
-    r = (centred.pow(2).sum(-1, keepdim=True) / C + eps) ** -0.5
-    xhat = centred * r
-    return (C * g - g.sum(-1, keepdim=True) - xhat * (g * xhat).sum(-1, keepdim=True)) * r / C
 
 
 # ---------------------------------------------------------------- Var(q . k) with means
@@ -407,11 +334,66 @@ def dr_manual_ln(arrangement, W1, W2, x, r):  # LayerNorm written out, populatio
     grads = torch.autograd.grad((out[-1] * r).sum(), out)
     return torch.stack([torch.stack([t.detach().pow(2).mean().sqrt() for t in ts]) for ts in (out, grads)])
 
+# ---------------------------------------------------------------- what a weight update does through depth
+def update_effect(arrangement, W1, W2, dW1, dW2, x, *, change=None, order=None, swap=False):
+    def ln(u):
+        return F.layer_norm(u, u.shape[-1:], eps=1e-5)
+
+    def block(v, A, B):
+        def branch(u):  # F(u) = relu(u A) B
+            return torch.relu(u @ A) @ B
+
+        return {"plain": lambda: branch(v), "residual": lambda: v + branch(v), "post-ln": lambda: ln(v + branch(v)),
+                "pre-ln": lambda: v + branch(ln(v))}[order or arrangement]()
+
+    def stream(A, B):  # [x_0, ..., x_{n_layer}] with weights A, B
+        xs = [x]
+        for l in range(A.shape[0]):
+            xs.append(block(xs[-1], A[l], B[l]))
+        return xs
+
+    before = stream(W1, W2)
+    after = stream(W1 + dW2, W2 + dW1) if swap else stream(W1 + dW1, W2 + dW2)
+    rms = lambda t: t.pow(2).mean().sqrt()  # noqa: E731
+    change = change or (lambda a, b: rms(b - a) / rms(a))
+    return torch.stack([change(a, b) for a, b in zip(before, after, strict=True)])
+
+
+def ue_only_output(arrangement, W1, W2, dW1, dW2, x):  # the change of the output alone, as output_sensitivity
+    return update_effect(arrangement, W1, W2, dW1, dW2, x)[-1]
+
+
+def ue_no_input(arrangement, W1, W2, dW1, dW2, x):  # starts at x_1: the input's 0 left out
+    return update_effect(arrangement, W1, W2, dW1, dW2, x)[1:]
+
+
+def ue_replaced(arrangement, W1, W2, dW1, dW2, x):  # the changes taken for the new weights
+    return update_effect(arrangement, W1, W2, dW1 - W1, dW2 - W2, x)
+
+
+def ue_norm_ratio(arrangement, W1, W2, dW1, dW2, x):  # norms instead of rms: the same ratio
+    return update_effect(arrangement, W1, W2, dW1, dW2, x,
+                         change=lambda a, b: torch.linalg.vector_norm(b - a) / torch.linalg.vector_norm(a))
+
+
+def ue_batched(arrangement, W1, W2, dW1, dW2, x):  # both stacks at once, through the package's blocks
+    from transformer_lab.residual import make_block
+
+    Ws = (torch.stack([W1, W1 + dW1], 1), torch.stack([W2, W2 + dW2], 1))  # (n_layer, 2, C, C)
+    v = torch.stack([x, x])  # (2, N, C): the unchanged and the changed stream
+    out = [torch.zeros((), dtype=torch.float64)]
+    with torch.no_grad():
+        for l in range(W1.shape[0]):
+            v = make_block(arrangement, x.shape[-1], lambda u, l=l: torch.relu(u @ Ws[0][l]) @ Ws[1][l]).double()(v)
+            out.append(((v[1] - v[0]) ** 2).sum().sqrt() / (v[0] ** 2).sum().sqrt())
+    return torch.stack(out)
+
+
 
 # ---------------------------------------------------------------- the tricks, sorted
 def trick_reason(trick):
     floating_point = {"max-shift", "float32 statistics", "loss scaling", "log_softmax instead of log(softmax)"}
-    optimisation = {"1/sqrt(d_k)", "LayerNorm", "residual connections", "pre-LN", "0.02/sqrt(2L) initialisation",
+    optimisation = {"1/sqrt(d_k)", "LayerNorm", "residual connections", "pre-LN", "0.02/sqrt(2 n_layer) initialisation",
                     "warm-up", "gradient clipping"}
     return "floating point" if trick in floating_point else "optimisation" if trick in optimisation else "neither"
 
@@ -447,7 +429,7 @@ def tr_dict(trick):  # a table, other spellings
     table = {"floating-point": ["max-shift", "float32 statistics", "loss scaling",
                                 "log_softmax instead of log(softmax)"],
              "optimization": ["1/sqrt(d_k)", "LayerNorm", "residual connections", "pre-LN", "warm-up",
-                              "0.02/sqrt(2L) initialisation", "gradient clipping"]}
+                              "0.02/sqrt(2 n_layer) initialisation", "gradient clipping"]}
     return next((kind for kind, tricks in table.items() if trick in tricks), "Neither")
 
 
@@ -519,19 +501,6 @@ CATALOGUE = {
         ],
         "right": [var_sum_of_squares, var_shifted_data],
     },
-    "layer_norm_backward": {
-        "wrong": [
-            (lnb_no_mean, ["g constant over the features", "subtract mean(g)"]),
-            (lnb_x_not_xhat, ["g constant over the features", "mean(g) is subtracted correctly", "not x"]),
-            (lnb_no_xhat_term, ["g = xhat, eps = 0", "subtract xhat * mean(g * xhat)"]),
-            (lnb_no_r, ["random g, eps = 0", "multiply by r"]),
-            (lnb_sample_variance, ["g = xhat, eps = 0", "not C - 1"]),
-            (lnb_sums, ["g constant over the features", "differs in"]),
-            (lnb_eps_outside, ["eps > 0", "inside the square root"]),
-            (lnb_one_pass, ["rows with a large mean", "one-pass sigma^2", "two passes"]),
-        ],
-        "right": [lnb_jacobian, lnb_sums_over_C],
-    },
     "score_variance": {
         "wrong": [
             (sv_mean_zero, ["simplifies to", "the mean-0 result"]),
@@ -562,6 +531,37 @@ CATALOGUE = {
         ],
         "right": [dr_hooks, dr_manual_ln],
     },
+    "update_effect": {
+        "wrong": [
+            (functools.partial(update_effect, change=lambda a, b: (b.pow(2).mean().sqrt() / a.pow(2).mean().sqrt()
+                                                                    - 1).abs()),
+             ["case 1", "the rms of the difference, not the difference of the two rms's", "post-LN keeps it at 1"]),
+            (functools.partial(update_effect,
+                               change=lambda a, b: (b - a).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()),
+             ["case 1", "unchanged stream, x_l(W), not of the changed one"]),
+            (functools.partial(update_effect, change=lambda a, b: (b - a).pow(2).mean().sqrt()),
+             ["case 1", "a relative change"]),
+            (functools.partial(update_effect, change=lambda a, b: ((b - a).pow(2).mean(-1) / a.pow(2).mean(-1)).sqrt()
+                               .mean()), ["case 1", "not the mean of each token's ratio"]),
+            (lambda a, W1, W2, dW1, dW2, x: update_effect(a, W1, W2, dW1, torch.zeros_like(dW2), x),
+             ["case 1", "W2 + dW2 as well as W1 + dW1"]),
+            (lambda a, W1, W2, dW1, dW2, x: update_effect(a, W1, W2, torch.zeros_like(dW1), dW2, x),
+             ["case 1", "W1 + dW1 as well as W2 + dW2"]),
+            (functools.partial(update_effect, swap=True), ["case 1", "dW1 is the change of W1"]),
+            (ue_replaced, ["case 1", "not dW1 and dW2"]),
+            (lambda a, W1, W2, dW1, dW2, x: update_effect(a, W1, W2, dW1, dW2, x,
+                                                          order={"pre-ln": "post-ln", "post-ln": "pre-ln"}.get(a, a)),
+             ["case 1", "x_l + F(LN(x_l)), not the post-ln order"]),
+            (lambda a, W1, W2, dW1, dW2, x: update_effect(a, W1, W2, dW1, dW2, x,
+                                                          order="residual" if a == "post-ln" else a),
+             ["case 2", "LN(x_l + F(x_l)): the LayerNorm is missing"]),
+            (ue_only_output, ["case 1", "a single number", "at every x_l"]),
+            (ue_no_input, ["has shape (4,), expected (5,)", "x_0 (the input, whose change is 0)"]),
+            (lambda a, W1, W2, dW1, dW2, x: update_effect(a, W1, W2, dW1, dW2, x).flip(0),
+             ["case 1", "entry 0 is the input x_0"]),
+        ],
+        "right": [ue_norm_ratio, ue_batched],
+    },
     "trick_reason": {
         "wrong": [
             (tr_seed, ["2 of 16", "'1/sqrt(d_k)' is not 'floating point'", "saturation", "regulariser"]),
@@ -583,8 +583,7 @@ def test_typical_wrong_answer_rejected(name, wrong, words):
     group = next((w for w in words if w in {"huge logits", "ordinary logits", "rows of very different sizes",
                                              "unit weight, zero bias", "eps > 0", "random weight and bias",
                                              "float32 rows with a large mean", "float32 with a large mean",
-                                             "float64 rows", "g constant over the features", "g = xhat, eps = 0",
-                                             "random g, eps = 0", "constant rows", "one logit", "four equal logits",
+                                             "float64 rows", "constant rows", "one logit", "four equal logits",
                                              "the figure's pattern", "a fully masked row (all -inf)"}), None)
     if group:  # the failing group is named first, so the student knows what that group tests
         assert result.message.startswith(group), result.message
@@ -597,7 +596,7 @@ def test_correct_alternative_accepted(name, right):
 
 def test_registry_names_the_functions():
     assert set(registry(7)) == {"overflow_point", "stable_logsumexp", "layer_norm_rows", "two_pass_variance",
-                                "layer_norm_backward", "score_variance", "depth_rms", "trick_reason"}
+                                "score_variance", "depth_rms", "update_effect", "trick_reason"}
     assert ch7.EXERCISES["stable_logsumexp"] is ch7.check_stable_logsumexp
 
 
@@ -605,8 +604,8 @@ def test_solutions_pass():
     for fn, check in [(overflow_point, ch7.check_overflow_point),
                       (stable_logsumexp, ch7.check_stable_logsumexp), (layer_norm_rows, ch7.check_layer_norm_rows),
                       (two_pass_variance, ch7.check_two_pass_variance),
-                      (layer_norm_backward, ch7.check_layer_norm_backward),
                       (score_variance, ch7.check_score_variance), (depth_rms, ch7.check_depth_rms),
+                      (update_effect, ch7.check_update_effect),
                       (trick_reason, ch7.check_trick_reason)]:
         result = check(fn)
         assert result.passed, result.message
@@ -655,7 +654,7 @@ def test_trick_reasons_agree_with_the_chapters_table(root):
              for name, fp, opt in rows[1:]}
     labels = {"max-shift": "max-shift in softmax / log-sum-exp", "1/sqrt(d_k)": "$1/\\sqrt{d_k}$",
               "LayerNorm": "LayerNorm", "residual connections": "residual connections", "pre-LN": "pre-LN vs post-LN",
-              "0.02/sqrt(2L) initialisation": "$0.02/\\sqrt{2 n_\\text{layer}}$ initialisation",
+              "0.02/sqrt(2 n_layer) initialisation": "$0.02/\\sqrt{2 n_\\text{layer}}$ initialisation",
               "warm-up": "learning-rate warm-up (chapter 3)",
               "float32 statistics": "float32 statistics in mixed precision",
               "loss scaling": "loss scaling in mixed precision", "dropout": "dropout",

@@ -7,12 +7,13 @@
 * ``layer_norm_rows(x, weight, bias, eps)`` -- LayerNorm over the last dimension, as ``nn.LayerNorm``
 * ``two_pass_variance(x)`` -- the population variance over the last dimension, in ``x``'s dtype, accurate in
   float32 even when the mean is large (where ``E[x^2] - E[x]^2`` cancels catastrophically)
-* ``layer_norm_backward(x, g, eps)`` -- ``dL/dx = r (g - mean(g) - xhat mean(g xhat))``, the closed-form
-  backward of LayerNorm without gamma and beta
 * ``score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k)`` -- Var(q . k) for independent entries with those means and
   standard deviations, a SymPy expression
-* ``depth_rms(arrangement, W1, W2, x, r)`` -- (2, L + 1): the rms of x_0 … x_L through L blocks of an
-  arrangement (plain, residual, post-LN, pre-LN) and of the gradients of sum(x_L * r) with respect to each
+* ``depth_rms(arrangement, W1, W2, x, r)`` -- (2, n_layer + 1): the rms of x_0 … x_{n_layer} through n_layer
+  blocks of an arrangement (plain, residual, post-LN, pre-LN) and of the gradients of sum(x_{n_layer} * r) with
+  respect to each
+* ``update_effect(arrangement, W1, W2, dW1, dW2, x)`` -- (n_layer + 1,): rms(x_l(W + dW) - x_l(W)) / rms(x_l(W))
+  at every depth l, how far a change of every weight moves the stream (the amplification effect)
 * ``trick_reason(trick)`` -- "floating point", "optimisation" or "neither": the chapter's sorting of the tricks
 
 Each checker runs groups of cases; when a group fails, the message adds a hint about what that group tests (a
@@ -323,63 +324,6 @@ def check_two_pass_variance(fn) -> CheckResult:
                               "dimension only for the mean you subtract")
 
 
-# ---------------------------------------------------------------- 4. LayerNorm's backward pass
-def _ref_layer_norm_backward(x, g, eps):
-    """``dL/dx`` by autograd through ``F.layer_norm`` (no gamma, beta), for ``g = dL/dxhat``; float64."""
-    x = x.detach().double().requires_grad_()
-    (grad,) = torch.autograd.grad(F.layer_norm(x, (x.shape[-1],), eps=eps), x, g.double())
-    return grad
-
-
-def _constant_g_hint(fn, cases):
-    """For the constant-g group: if the answer is 0 on centred rows (mean(x) = 0), mean(g) is subtracted
-    correctly and the last term uses x where it needs xhat; otherwise mean(g) is the missing piece."""
-    case = cases[0]
-    centred = {**case, "x": case["x"] - case["x"].mean(-1, keepdim=True)}
-    try:
-        got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in centred.values())))
-        xhat_term = bool(torch.isfinite(got).all()) and got.abs().max().item() < 1e-9
-    except Exception:  # a student's bug: no diagnosis
-        xhat_term = False
-    if xhat_term:
-        return ("the answer is 0 here, and mean(g) is subtracted correctly (your answer is 0 when the rows of x have "
-                "mean 0): the last term must be xhat * mean(g * xhat), with xhat = (x - mu) * r, not x; with x "
-                "in its place a constant g leaves a multiple of mean(x)")
-    return ("the answer is 0 here: LayerNorm ignores a common shift of x, so dL/dx has no component along "
-            "(1, ..., 1); subtract mean(g) (over the last dimension, keepdim=True)")
-
-
-def check_layer_norm_backward(fn) -> CheckResult:
-    """``fn(x (..., C), g (..., C), eps) -> (..., C)``: ``dL/dx = r (g - mean(g) - xhat mean(g xhat))`` with
-    ``r = 1 / sqrt(sigma^2 + eps)``, means over the last dimension; float64 cases to 1e-9. The first two groups
-    have the answer 0 (``J`` annihilates the constant vector, and ``x`` itself when eps = 0), so each catches
-    one missing term."""
-    g = generator(10)
-    x1, x2 = torch.randn(4, 6, generator=g, dtype=D) * 2 + 1, torch.randn(3, 5, generator=g, dtype=D) * 3 - 2
-    xhat2 = F.layer_norm(x2, (5,))  # eps = 0 below, so g = xhat is proportional to x - mu
-    groups = [
-        ("g constant over the features", [{"x": x1, "g": torch.full((4, 6), 0.7, dtype=D), "eps": 1e-5}],
-         _constant_g_hint),
-        ("g = xhat, eps = 0", [{"x": x2, "g": xhat2, "eps": 0.0}],
-         "the answer is 0 here: with eps = 0 LayerNorm ignores the scale of x too; subtract xhat * mean(g * xhat), "
-         "with xhat from the population variance (divide by C, not C - 1), so that mean(xhat^2) = 1"),
-        ("random g, eps = 0", [{"x": x1, "g": torch.randn(4, 6, generator=g, dtype=D), "eps": 0.0},
-                               {"x": torch.randn(2, 3, 8, generator=g, dtype=D), "g": torch.randn(2, 3, 8, generator=g,
-                                                                                                 dtype=D), "eps": 0.0}],
-         "multiply by r = 1/sqrt(sigma^2 + eps), sigma^2 the population variance of the row (divide by C, not "
-         "C - 1), and use means (divide by C), not sums"),
-        ("eps > 0", [{"x": x2, "g": torch.randn(3, 5, generator=g, dtype=D), "eps": 0.5}],
-         "eps goes inside the square root: r = 1/sqrt(sigma^2 + eps), and xhat = (x - mu) * r uses the same r"),
-        ("rows with a large mean", [{"x": torch.randn(3, 8, generator=g, dtype=D) + 1e6,
-                                     "g": torch.randn(3, 8, generator=g, dtype=D), "eps": 1e-5}],
-         "the mean (1e6) is 10^6 times the spread: a one-pass sigma^2 = mean(x^2) - mu^2 subtracts two numbers near "
-         "1e12 that agree in 12 of float64's 16 digits; compute mu first, then sigma^2 = mean((x - mu)^2) and xhat "
-         "from x - mu (two passes)"),
-    ]
-    return _groups("layer_norm_backward", fn, _ref_layer_norm_backward, groups, atol=1e-9, rtol=1e-9,
-                   shape_hint="dL/dx has the shape of x; keep the reduced dimension (keepdim=True) for every mean")
-
-
 # ---------------------------------------------------------------- 6. Var(q . k) with means (SymPy)
 def _score_symbols():
     """d_k (a positive integer), mu_q, mu_k (real), sigma_q, sigma_k (positive)."""
@@ -431,8 +375,8 @@ def _profile(xs, grads) -> torch.Tensor:
 
 
 def _run_stack(arrangement, W1, W2, x, r):
-    """``[x_0, …, x_L]`` through the package's blocks (:func:`residual.make_block`) around
-    ``F_l(v) = relu(v W1[l]) W2[l]``, and the gradients of ``sum(x_L * r)`` with respect to each."""
+    """``[x_0, …, x_{n_layer}]`` through the package's blocks (:func:`residual.make_block`) around
+    ``F_l(v) = relu(v W1[l]) W2[l]``, and the gradients of ``sum(x_{n_layer} * r)`` with respect to each."""
     from transformer_lab.residual import make_block
 
     xs = [x.detach().clone().requires_grad_()]
@@ -443,7 +387,7 @@ def _run_stack(arrangement, W1, W2, x, r):
 
 
 def _ref_depth_rms(arrangement, W1, W2, x, r):
-    """(2, L + 1) float64: row 0 rms(x_l), row 1 rms(d sum(x_L r) / d x_l), l = 0 … L."""
+    """(2, n_layer + 1) float64: row 0 rms(x_l), row 1 rms(d sum(x_{n_layer} r) / d x_l), l = 0 … n_layer."""
     return _profile(*_run_stack(arrangement, W1, W2, x, r))
 
 
@@ -481,7 +425,7 @@ def _depth_mistakes(arrangement, W1, W2, x, r) -> list[tuple[torch.Tensor, str]]
            (torch.stack([token_rms(xs), token_rms(grads)]), "one rms over all entries of x_l, not the mean of each "
                                                             "token's rms"),
            (_profile(*_run_stack(arrangement, W1, W2, x, torch.ones_like(r))),
-            "the loss is sum(x_L * r): its gradient at the top is r, not a tensor of ones"),
+            "the loss is sum(x_{n_layer} * r): its gradient at the top is r, not a tensor of ones"),
            (torch.stack([right[0], right[1].flip(0)]), "index l is depth l in both rows: the gradient at the input "
                                                        "x_0 comes first")]
     if arrangement in _DEPTH_HINTS:
@@ -492,8 +436,9 @@ def _depth_mistakes(arrangement, W1, W2, x, r) -> list[tuple[torch.Tensor, str]]
 
 
 def check_depth_rms(fn) -> CheckResult:
-    """``fn(arrangement, W1 (L, C, C), W2 (L, C, C), x (N, C), r (N, C)) -> (2, L + 1)``: rms of every x_l and
-    of every d sum(x_L r) / d x_l, l = 0 … L, through L blocks around F_l(v) = relu(v W1[l]) W2[l]."""
+    """``fn(arrangement, W1 (n_layer, C, C), W2 (n_layer, C, C), x (N, C), r (N, C)) -> (2, n_layer + 1)``: rms
+    of every x_l and of every d sum(x_{n_layer} r) / d x_l, l = 0 … n_layer, through n_layer blocks around
+    F_l(v) = relu(v W1[l]) W2[l]."""
     cases = _depth_cases()
 
     def compare(got, expected):
@@ -502,7 +447,7 @@ def check_depth_rms(fn) -> CheckResult:
                     "row 1 the gradients")
         msg = describe_difference(got, expected, atol=1e-9, rtol=1e-6)
         if msg and msg.startswith("output has shape"):
-            msg += (f": two rows of L + 1 = {expected.shape[1]}, x_0 (the input) and the output of each of the "
+            msg += (f": two rows of n_layer + 1 = {expected.shape[1]}, x_0 (the input) and the output of each of the "
                     f"{expected.shape[1] - 1} blocks")
         return msg
 
@@ -525,11 +470,125 @@ def check_depth_rms(fn) -> CheckResult:
     return CheckResult("depth_rms", True, f"matches the reference on all {len(cases)} stacks")
 
 
+# ---------------------------------------------------------------- 7b. what a weight update does through depth
+def _run_forward(arrangement, W1, W2, x) -> list[torch.Tensor]:
+    """``[x_0, …, x_{n_layer}]`` through the package's blocks around ``F_l(v) = relu(v W1[l]) W2[l]``, no graph."""
+    from transformer_lab.residual import make_block
+
+    xs = [x.detach().double()]
+    with torch.no_grad():
+        for l in range(W1.shape[0]):
+            F = lambda v, l=l: torch.relu(v @ W1[l].double()) @ W2[l].double()  # noqa: E731
+            xs.append(make_block(arrangement, x.shape[-1], F).double()(xs[-1]))
+    return xs
+
+
+def _ref_update_effect(arrangement, W1, W2, dW1, dW2, x):
+    """(n_layer + 1,) float64: rms(x_l(W + dW) - x_l(W)) / rms(x_l(W)), l = 0 … n_layer (entry 0 is 0)."""
+    before = _run_forward(arrangement, W1, W2, x)
+    after = _run_forward(arrangement, W1 + dW1, W2 + dW2, x)
+    rms = lambda t: t.pow(2).mean().sqrt()  # noqa: E731  over all entries
+    return torch.stack([rms(b - a) / rms(a) for a, b in zip(before, after, strict=True)])
+
+
+def _update_cases() -> list[dict]:
+    """Each arrangement around He-initialised weights of a branch gain, float64; a change of every weight by a
+    relative ``delta``, of W2 alone, of W1 alone (large, so that dividing by the changed stream shows)."""
+    g = generator(14)
+    cases = []
+    for arrangement, n_layer, gain, d1, d2 in (("pre-ln", 4, 1.0, 0.01, 0.01), ("post-ln", 4, 1.0, 0.01, 0.01),
+                                               ("pre-ln", 5, 1.0, 0.0, 0.05), ("post-ln", 3, 1.0, 0.2, 0.0),
+                                               ("residual", 3, 0.5, 0.03, 0.03), ("plain", 3, 1.25, 0.1, 0.02)):
+        C = 12
+        W1 = torch.randn(n_layer, C, C, generator=g, dtype=D) * math.sqrt(2 / C)  # He
+        W2 = torch.randn(n_layer, C, C, generator=g, dtype=D) * (gain / math.sqrt(C))
+        cases.append({"arrangement": arrangement, "W1": W1, "W2": W2,
+                      "dW1": d1 * torch.randn(n_layer, C, C, generator=g, dtype=D) * math.sqrt(2 / C),
+                      "dW2": d2 * torch.randn(n_layer, C, C, generator=g, dtype=D) * (gain / math.sqrt(C)),
+                      "x": torch.randn(10, C, generator=g, dtype=D) + 0.5})  # mean 0.5: rms and std differ
+    return cases
+
+
+def _update_mistakes(arrangement, W1, W2, dW1, dW2, x) -> list[tuple[torch.Tensor, str]]:
+    """(what a typical mistake returns, its hint) for one case."""
+    before = _run_forward(arrangement, W1, W2, x)
+    after = _run_forward(arrangement, W1 + dW1, W2 + dW2, x)
+    rms = lambda t: t.pow(2).mean().sqrt()  # noqa: E731
+    right = _ref_update_effect(arrangement, W1, W2, dW1, dW2, x)
+    out = [
+        (torch.stack([(rms(b) / rms(a) - 1).abs() for a, b in zip(before, after, strict=True)]),
+         "the change is rms(x_l(W + dW) - x_l(W)), the rms of the difference, not the difference of the two rms's: "
+         "an update can move the stream a lot and keep its size (post-LN keeps it at 1 whatever the weights)"),
+        (torch.stack([rms(b) / rms(a) - 1 for a, b in zip(before, after, strict=True)]),
+         "the change is rms(x_l(W + dW) - x_l(W)), the rms of the difference, not the difference of the two rms's"),
+        (torch.stack([rms(b - a) / rms(b) for a, b in zip(before, after, strict=True)]),
+         "divide by the rms of the unchanged stream, x_l(W), not of the changed one"),
+        (torch.stack([rms(b - a) for a, b in zip(before, after, strict=True)]),
+         "a relative change: divide the rms of the difference by rms(x_l(W))"),
+        (torch.stack([((b - a).pow(2).mean(-1) / a.pow(2).mean(-1)).sqrt().mean()
+                      for a, b in zip(before, after, strict=True)]),
+         "one rms over all entries of x_l for the difference and one for the stream, not the mean of each token's "
+         "ratio"),
+        (_ref_update_effect(arrangement, W1, W2, dW1, torch.zeros_like(dW2), x),
+         "change every weight matrix: W2 + dW2 as well as W1 + dW1"),
+        (_ref_update_effect(arrangement, W1, W2, torch.zeros_like(dW1), dW2, x),
+         "change every weight matrix: W1 + dW1 as well as W2 + dW2"),
+        (_ref_update_effect(arrangement, W1, W2, dW2, dW1, x),
+         "dW1 is the change of W1 and dW2 that of W2: the new weights are W1 + dW1 and W2 + dW2"),
+        (torch.stack([rms(b - a) / rms(a)
+                      for a, b in zip(before, _run_forward(arrangement, dW1, dW2, x), strict=True)]),
+         "dW1, dW2 are changes: the new weights are W1 + dW1 and W2 + dW2, not dW1 and dW2"),
+        (right.flip(0), "index l is depth l: entry 0 is the input x_0, which no weight changes (0)"),
+    ]
+    if arrangement in _DEPTH_HINTS:
+        other = "pre-ln" if arrangement == "post-ln" else "post-ln"
+        out.append((_ref_update_effect(other, W1, W2, dW1, dW2, x),
+                    _DEPTH_HINTS[arrangement] + f", not the {other} order"))
+        out.append((_ref_update_effect("residual", W1, W2, dW1, dW2, x),
+                    _DEPTH_HINTS[arrangement] + ": the LayerNorm is missing"))
+    return out
+
+
+def check_update_effect(fn) -> CheckResult:
+    """``fn(arrangement, W1, W2, dW1, dW2 (n_layer, C, C), x (N, C)) -> (n_layer + 1,)``: the relative change
+    rms(x_l(W + dW) - x_l(W)) / rms(x_l(W)) at every depth l = 0 … n_layer, through n_layer blocks around
+    F_l(v) = relu(v W1[l]) W2[l]; float64 cases to a relative 1e-6."""
+    cases = _update_cases()
+
+    def compare(got, expected):
+        if isinstance(got, torch.Tensor) and got.dim() == 0:
+            return (f"expected a tensor of n_layer + 1 = {expected.shape[0]} relative changes, one per depth, got a "
+                    "single number: the change at every x_l, not only at the output")
+        msg = describe_difference(got, expected, atol=1e-12, rtol=1e-6)
+        if msg and msg.startswith("output has shape"):
+            msg += (f": n_layer + 1 = {expected.shape[0]} entries, x_0 (the input, whose change is 0) and the output "
+                    f"of each of the {expected.shape[0] - 1} blocks")
+        return msg
+
+    for n, case in enumerate(cases, start=1):
+        result = check_function("update_effect", fn, _ref_update_effect, [case], compare=compare)
+        if result.passed:
+            continue
+        if result.message.startswith(("not written yet", "expected a function")) or "in this order" in result.message:
+            return result
+        message = result.message.replace("(on case 1:", f"(on case {n}:")
+        try:
+            got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())),
+                                  dtype=D)
+            for wrong, hint in _update_mistakes(**case):
+                if got.shape == wrong.shape and torch.allclose(got, wrong.double(), rtol=1e-6, atol=1e-12):
+                    return CheckResult("update_effect", False, f"{message}; hint: {hint}")
+        except Exception:  # the message already says what differs
+            pass
+        return CheckResult("update_effect", False, message)
+    return CheckResult("update_effect", True, f"matches the reference on all {len(cases)} stacks")
+
+
 # ---------------------------------------------------------------- 8. the tricks, sorted
 FP, OPT, NEITHER = "floating point", "optimisation", "neither"
 TRICKS = {  # the chapter's table (tests/test_exercises_ch7.py reads the page's table and compares), then three more
     "max-shift": FP, "1/sqrt(d_k)": OPT, "LayerNorm": OPT, "residual connections": OPT, "pre-LN": OPT,
-    "0.02/sqrt(2L) initialisation": OPT, "warm-up": OPT, "float32 statistics": FP, "loss scaling": FP,
+    "0.02/sqrt(2 n_layer) initialisation": OPT, "warm-up": OPT, "float32 statistics": FP, "loss scaling": FP,
     "dropout": NEITHER, "weight tying": NEITHER, "skipping masked blocks": NEITHER,
     "tanh-GELU as x*sigmoid(2u)": NEITHER,
     "gradient clipping": OPT, "log_softmax instead of log(softmax)": FP, "label smoothing": NEITHER,
@@ -542,7 +601,8 @@ _TRICK_HINTS = {
                  "floating-point benefit is only indirect",
     "residual connections": "an identity path for the gradient through depth: a scale argument, not a rounding one",
     "pre-LN": "a clean identity path and less amplification of weight updates: about optimisation",
-    "0.02/sqrt(2L) initialisation": "it stops the stream's variance from growing with depth, in exact arithmetic too",
+    "0.02/sqrt(2 n_layer) initialisation": "it stops the stream's variance from growing with depth, in exact "
+                                           "arithmetic too",
     "warm-up": "small updates while gradients are large and updates amplified: the scale of updates",
     "float32 statistics": "a long sum accumulates rounding errors and float16's range is small: pure floating point",
     "loss scaling": "float16 gradients below 2^-25 round to 0: a range problem that exact numbers would not have",
@@ -591,8 +651,8 @@ EXERCISES = {
     "stable_logsumexp": check_stable_logsumexp,
     "layer_norm_rows": check_layer_norm_rows,
     "two_pass_variance": check_two_pass_variance,
-    "layer_norm_backward": check_layer_norm_backward,
     "score_variance": check_score_variance,
     "depth_rms": check_depth_rms,
+    "update_effect": check_update_effect,
     "trick_reason": check_trick_reason,
 }

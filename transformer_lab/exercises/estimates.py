@@ -81,8 +81,8 @@ stable_logsumexp            7  ch7-ex-logsumexp               20  1  10
 score_variance              7  ch7-ex-score-variance          40  3  11
 layer_norm_rows             7  ch7-ex-layer-norm              20  1  11
 two_pass_variance           7  ch7-ex-variance                15  1  11
-layer_norm_backward         7  ch7-ex-layer-norm-backward     35  2  11
 depth_rms                   7  ch7-ex-depth-rms               60  3  11
+update_effect               7  ch7-ex-update-effect           40  3  11
 trick_reason                7  ch7-ex-tricks                  35  2  11
 count_params                8  ch8-ex-count-params            35  2  11
 lm_windows                  8  ch8-ex-lm-windows              15  1  11
