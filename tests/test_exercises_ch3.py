@@ -41,6 +41,24 @@ def inverted_dropout(x, keep, p):
     return torch.where(keep, x / (1 - p), torch.zeros_like(x))
 
 
+def expected_dropout_loss(w, X, y, p):
+    residual = y - X @ w  # the error of the mean prediction, E[(m ⊙ x)·w] = x·w
+    variance = p / (1 - p) * (X**2) @ (w**2)  # Var((m ⊙ x)·w) = Σ_j x_j² w_j² Var(m_j)
+    return (residual**2 + variance).mean()
+
+
+def _dropout_loss_by_enumeration(w, X, y, p):
+    """Every mask of the d inputs, weighted by its probability: the expectation by its definition."""
+    d = len(w)
+    total = torch.zeros((), dtype=X.dtype)
+    for bits in range(2**d):
+        keep = torch.tensor([(bits >> j) & 1 for j in range(d)], dtype=X.dtype)
+        prob = torch.prod(torch.where(keep.bool(), torch.tensor(1 - p, dtype=X.dtype), torch.tensor(p, dtype=X.dtype)))
+        m = keep / (1 - p)
+        total = total + prob * ((y - (X * m) @ w) ** 2).mean()
+    return total
+
+
 def heavy_ball(A, theta0, lr, beta, steps):
     thetas, v = [theta0], torch.zeros_like(theta0)
     for _ in range(steps):
@@ -497,20 +515,45 @@ CATALOGUE = {
         "right": [lambda x, keep, p: x * keep.to(x.dtype) / (1 - p),
                   lambda x, keep, p: x.masked_fill(~keep, 0.0) / (1 - p)],
     },
+    "expected_dropout_loss": {
+        "wrong": [(lambda w, X, y, p: ((y - X @ w) ** 2).mean(), ["differs", "loss without dropout"]),
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + p * (X**2) @ (w**2)).mean(), ["differs", "not p"]),
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + p * (1 - p) * (X**2) @ (w**2)).mean(),
+                   ["differs", "variance of the keep indicator"]),
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + p / (1 - p) * (w**2).sum()).mean(),
+                   ["differs", "weighted by the square of its input"]),
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + p / (1 - p) * (X @ w) ** 2).mean(),
+                   ["differs", "independent", "not Var(m)(x·w)²"]),
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + p / (1 - p) * (X**2) @ (w**2)).sum(),
+                   ["differs", "average over the N rows"]),
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + (1 - p) / p * (X**2) @ (w**2)).mean(),
+                   ["differs", "upside down"]),
+                  (lambda w, X, y, p: ((y - (X * (1 - p)) @ w) ** 2).mean(), ["differs"]),  # test-time scaling
+                  (lambda w, X, y, p: ((y - X @ w) ** 2 + p / (1 - p) * X.pow(2).mean(1) * w.pow(2).sum()).mean(),
+                   ["differs"])],  # the input's mean square, not weight by weight
+        "right": [lambda w, X, y, p: torch.mean((y - X @ w) ** 2) + p / (1 - p) * torch.einsum("nj,j->", X**2, w**2)
+                  / len(X),
+                  # E[ŷ²] − E[ŷ]² computed from the second moments of the mask
+                  lambda w, X, y, p: (y**2 - 2 * y * (X @ w) + (X @ w) ** 2 + ((X * w) ** 2).sum(1) * (1 / (1 - p) - 1)
+                                      ).mean(),
+                  _dropout_loss_by_enumeration],
+    },
 }
 
 
 def test_registry():
     assert registry(3) == ch3.EXERCISES
     assert set(ch3.EXERCISES) == {"adam_step", "warmup_cosine_lr", "gradient_descent", "heavy_ball",
-                                  "inverted_dropout", "sgd_epoch", "expected_first_moment", "sgd_step_limit"}
+                                  "inverted_dropout", "expected_dropout_loss", "sgd_epoch", "expected_first_moment",
+                                  "sgd_step_limit"}
     assert set(CATALOGUE) == set(ch3.EXERCISES)
 
 
 def test_solutions_pass():
     for name, sol in [("adam_step", adam_step), ("warmup_cosine_lr", warmup_cosine_lr),
                       ("gradient_descent", gradient_descent), ("heavy_ball", heavy_ball),
-                      ("inverted_dropout", inverted_dropout), ("sgd_epoch", sgd_epoch),
+                      ("inverted_dropout", inverted_dropout), ("expected_dropout_loss", expected_dropout_loss),
+                      ("sgd_epoch", sgd_epoch),
                       ("expected_first_moment", first_moment_sum), ("sgd_step_limit", step_limit_solve)]:
         r = ch3.EXERCISES[name](sol)
         assert r.passed, r.message

@@ -5,6 +5,7 @@
 * ``gradient_descent(A, theta0, lr, steps)`` — the iterates of gradient descent on ½ θᵀAθ
 * ``heavy_ball(A, theta0, lr, beta, steps)`` — the iterates of heavy-ball momentum on ½ θᵀAθ
 * ``inverted_dropout(x, keep, p)`` — dropout with a given keep-mask
+* ``expected_dropout_loss(w, X, y, p)`` — a linear model's squared error averaged over dropout masks
 * ``sgd_epoch(X, y, w, lr, batch_size, seed)`` — one epoch of mini-batch SGD on least squares
 * ``expected_first_moment(beta1, t, g, m0)`` — E[m_t] from any start m₀ (a SymPy derivation)
 * ``sgd_step_limit(L, G, sigma2)`` — the descent lemma with a mini-batch gradient (a SymPy derivation)
@@ -312,6 +313,45 @@ def check_inverted_dropout(fn) -> CheckResult:
     return _check("inverted_dropout", fn, _ref_inverted_dropout, cases, hints, **tol)
 
 
+# ---------------------------------------------------------------- 5b. dropout's expected loss: a penalty
+def _ref_expected_dropout_loss(w, X, y, p):
+    """(1/N) Σ_n E_m[(y_n − (m ⊙ x_n)·w)²] = (1/N) Σ_n [(y_n − x_n·w)² + p/(1 − p) Σ_j x_nj² w_j²], since
+    E[m_j] = 1 and Var(m_j) = 1/(1 − p) − 1 = p/(1 − p) for independent entries."""
+    return ((y - X @ w) ** 2 + p / (1 - p) * (X**2) @ (w**2)).mean()
+
+
+def _dropout_loss_variant(factor, *, penalty="x2w2", reduce="mean"):
+    def variant(w, X, y, p):
+        terms = {"x2w2": (X**2) @ (w**2), "w2": (w**2).sum().expand(len(X)), "xw2": (X @ w) ** 2}[penalty]
+        loss = (y - X @ w) ** 2 + factor(p) * terms
+        return loss.mean() if reduce == "mean" else loss.sum()
+    return variant
+
+
+def check_expected_dropout_loss(fn) -> CheckResult:
+    """``fn(w (d,), X (N, d), y (N,), p) -> 0-dim tensor``: the mean over the rows and over inverted-dropout masks
+    on the inputs of the squared error of the linear model (m ⊙ x)·w."""
+    g = generator(9)
+    cases = [{"w": torch.randn(d, generator=g, dtype=D), "X": torch.randn(n, d, generator=g, dtype=D) + shift,
+              "y": torch.randn(n, generator=g, dtype=D), "p": p}
+             for n, d, p, shift in ((6, 3, 0.5, 0.0), (9, 4, 0.1, 1.0), (1, 5, 0.8, 0.0), (4, 2, 0.0, 0.0),
+                                    (7, 3, 0.3, -0.5))]
+    v = _dropout_loss_variant
+    hints = [(v(lambda p: 0.0), "that is the loss without dropout; over the masks the prediction also varies, and "
+                                "E[(y − ŷ)²] = (y − E[ŷ])² + Var(ŷ)"),
+             (v(lambda p: p), "Var(m_j) = E[m_j²] − E[m_j]² = 1/(1 − p) − 1 = p/(1 − p), not p"),
+             (v(lambda p: p * (1 - p)), "p(1 − p) is the variance of the keep indicator; the mask is that indicator "
+                                        "divided by 1 − p, so its variance is p(1 − p)/(1 − p)² = p/(1 − p)"),
+             (v(lambda p: (1 - p) / p), "upside down: Var(m_j) = p/(1 − p)"),
+             (v(lambda p: p / (1 - p), penalty="w2"), "each weight's penalty is weighted by the square of its "
+                                                      "input: Var((m ⊙ x)·w) = Σ_j x_j² w_j² Var(m_j)"),
+             (v(lambda p: p / (1 - p), penalty="xw2"), "the mask entries are independent, so the variance of the "
+                                                       "sum Σ_j m_j x_j w_j is the sum of the variances, "
+                                                       "Σ_j x_j² w_j² Var(m_j), not Var(m)(x·w)²"),
+             (v(lambda p: p / (1 - p), reduce="sum"), "average over the N rows, not sum")]
+    return _check("expected_dropout_loss", fn, _ref_expected_dropout_loss, cases, hints, atol=1e-12, rtol=1e-12)
+
+
 # ---------------------------------------------------------------- 6. one epoch of mini-batch SGD
 def _ref_sgd_epoch(X, y, w, lr, batch_size, seed):
     order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
@@ -430,5 +470,6 @@ def check_sgd_step_limit(fn) -> CheckResult:
 
 EXERCISES = {"adam_step": check_adam_step, "warmup_cosine_lr": check_warmup_cosine_lr,
              "gradient_descent": check_gradient_descent, "heavy_ball": check_heavy_ball,
-             "inverted_dropout": check_inverted_dropout, "sgd_epoch": check_sgd_epoch,
+             "inverted_dropout": check_inverted_dropout, "expected_dropout_loss": check_expected_dropout_loss,
+             "sgd_epoch": check_sgd_epoch,
              "expected_first_moment": check_expected_first_moment, "sgd_step_limit": check_sgd_step_limit}
