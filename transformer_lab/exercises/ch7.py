@@ -435,6 +435,28 @@ def _depth_mistakes(arrangement, W1, W2, x, r) -> list[tuple[torch.Tensor, str]]
     return out
 
 
+def _stack_by_stack(name: str, fn, reference, cases: list[dict], compare, mistakes, *, atol: float) -> CheckResult:
+    """Check ``fn`` one stack (case) at a time; on the first that fails, the hint of the computed mistake
+    ``mistakes(**case)`` (pairs of a wrong result and its hint) that the answer equals, if any."""
+    for n, case in enumerate(cases, start=1):
+        result = check_function(name, fn, reference, [case], compare=compare)
+        if result.passed:
+            continue
+        if result.message.startswith(("not written yet", "expected a function")) or "in this order" in result.message:
+            return result
+        message = result.message.replace("(on case 1:", f"(on case {n}:")
+        try:
+            got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())),
+                                  dtype=D)
+            for wrong, hint in mistakes(**case):
+                if got.shape == wrong.shape and torch.allclose(got, wrong.double(), rtol=1e-6, atol=atol):
+                    return CheckResult(name, False, f"{message}; hint: {hint}")
+        except Exception:  # the message already says what differs
+            pass
+        return CheckResult(name, False, message)
+    return CheckResult(name, True, f"matches the reference on all {len(cases)} stacks")
+
+
 def check_depth_rms(fn) -> CheckResult:
     """``fn(arrangement, W1 (n_layer, C, C), W2 (n_layer, C, C), x (N, C), r (N, C)) -> (2, n_layer + 1)``: rms
     of every x_l and of every d sum(x_{n_layer} r) / d x_l, l = 0 … n_layer, through n_layer blocks around
@@ -451,23 +473,7 @@ def check_depth_rms(fn) -> CheckResult:
                     f"{expected.shape[1] - 1} blocks")
         return msg
 
-    for n, case in enumerate(cases, start=1):
-        result = check_function("depth_rms", fn, _ref_depth_rms, [case], compare=compare)
-        if result.passed:
-            continue
-        if result.message.startswith(("not written yet", "expected a function")) or "in this order" in result.message:
-            return result
-        message = result.message.replace("(on case 1:", f"(on case {n}:")
-        try:
-            got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())),
-                                  dtype=D)
-            for wrong, hint in _depth_mistakes(**case):
-                if got.shape == wrong.shape and torch.allclose(got, wrong.double(), rtol=1e-6, atol=1e-9):
-                    return CheckResult("depth_rms", False, f"{message}; hint: {hint}")
-        except Exception:  # the message already says what differs
-            pass
-        return CheckResult("depth_rms", False, message)
-    return CheckResult("depth_rms", True, f"matches the reference on all {len(cases)} stacks")
+    return _stack_by_stack("depth_rms", fn, _ref_depth_rms, cases, compare, _depth_mistakes, atol=1e-9)
 
 
 # ---------------------------------------------------------------- 7b. what a weight update does through depth
@@ -565,23 +571,7 @@ def check_update_effect(fn) -> CheckResult:
                     f"of each of the {expected.shape[0] - 1} blocks")
         return msg
 
-    for n, case in enumerate(cases, start=1):
-        result = check_function("update_effect", fn, _ref_update_effect, [case], compare=compare)
-        if result.passed:
-            continue
-        if result.message.startswith(("not written yet", "expected a function")) or "in this order" in result.message:
-            return result
-        message = result.message.replace("(on case 1:", f"(on case {n}:")
-        try:
-            got = torch.as_tensor(fn(*(v.clone() if isinstance(v, torch.Tensor) else v for v in case.values())),
-                                  dtype=D)
-            for wrong, hint in _update_mistakes(**case):
-                if got.shape == wrong.shape and torch.allclose(got, wrong.double(), rtol=1e-6, atol=1e-12):
-                    return CheckResult("update_effect", False, f"{message}; hint: {hint}")
-        except Exception:  # the message already says what differs
-            pass
-        return CheckResult("update_effect", False, message)
-    return CheckResult("update_effect", True, f"matches the reference on all {len(cases)} stacks")
+    return _stack_by_stack("update_effect", fn, _ref_update_effect, cases, compare, _update_mistakes, atol=1e-12)
 
 
 # ---------------------------------------------------------------- 8. the tricks, sorted
