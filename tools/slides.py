@@ -2,17 +2,27 @@
 
     python tools/slides.py OUT_DIR [--executed _build/jupyter_execute] [--vendor ../_static/vendor]
 
-The chapter's own structure says what goes on a slide; nothing is tagged or copied by hand:
+The chapter's own structure says what goes on a slide; nothing is tagged or copied by hand. Each section (``##``)
+and subsection (``###``) gives, in order:
 
-* title slide: the chapter's title and the seed's claim (the block quote under the title);
-* one slide per section (``##``) that has something to show: its display equations (at most two) and its first
-  figure, as an image: a plain plot, or the default frame of an interactive figure (the one the text discusses);
-* the verdict: the "What the seed gets wrong" note, when the chapter has one;
-* one slide per exercise: its statement (no solution, no code).
+* its key idea: the heading and the first two sentences of its first paragraph (the book's sections open with
+  their idea), with the rest of its prose as the speaker notes (``<aside class="notes">``, reveal.js's notes
+  plugin: press S);
+* its further points, stepped: the first sentence of each later paragraph as a bullet, up to four a slide, each
+  shown one at a time (reveal.js fragments), the paragraphs themselves as the notes;
+* its display equations and the derivations its code displays (SymPy's results), stepped the same way, up to
+  three a slide, the paragraph that introduces them as the notes;
+* its figures, one a slide: a plain plot, or the default frame of an interactive figure;
+* its first table of computed numbers, as a worked example.
 
-Figures come from the executed notebooks MyST-NB writes (``_build/jupyter_execute/chapters/*.ipynb``); without
-them the decks have no figures. reveal.js and MathJax are the site's own copies (``tools/fetch_assets.sh``),
-found at ``--vendor`` relative to the deck: nothing is loaded from another host.
+Around them: the title slide with the seed's claim, a "Session 2" slide at the section boundary nearest the middle
+(two 90-minute sessions), the "What the seed gets wrong" verdict, and one slide per exercise: its statement only.
+The exercises section (solutions included) gives nothing else, so a deck never shows a solution.
+
+Figures and tables come from the executed notebooks MyST-NB writes (``_build/jupyter_execute/chapters/*.ipynb``);
+without them the decks have none. reveal.js and MathJax are the site's own copies (``tools/fetch_assets.sh``),
+found at ``--vendor`` relative to the deck: nothing is loaded from another host. A slide whose content is taller
+or wider than the slide shrinks its text (down to half) until it fits.
 """
 
 from __future__ import annotations
@@ -26,10 +36,16 @@ import jupytext
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_EQUATIONS = 2  # per section slide
+EQUATIONS_PER_SLIDE = 3
+POINTS_PER_SLIDE = 4
+FIGURES_PER_SECTION = 2
 _DISPLAY = re.compile(r"^\$\$\n?(.*?)\n?\$\$", re.S | re.M)
-_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{(exercise|admonition)\}([^\n]*)\n(.*?)^\1[ \t]*$", re.S | re.M)
+_DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{(exercise|admonition|solution-start|solution-end)\}([^\n]*)\n(.*?)^\1[ \t]*$",
+                        re.S | re.M)
 _FRAME = re.compile(r'<img(?![^>]*\bhidden\b)[^>]*\bsrc="(data:image/png;base64,[^"]+)"')
+_TABLE = re.compile(r"<table\b.*?</table>", re.S)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z$`*(])")
+_HIDDEN_SECTIONS = ("Exercises",)  # nothing but the exercise statements from these
 
 
 def inline(text: str) -> str:
@@ -47,19 +63,31 @@ def paragraphs(text: str) -> str:
     return "".join(f"<p>{inline(' '.join(p.split()))}</p>" for p in "\n".join(body).split("\n\n") if p.strip())
 
 
+def _prose(text: str) -> list[str]:
+    """The paragraphs of a stretch of Markdown without headings, fences and display maths, each on one line."""
+    text = re.sub(r"^(`{3,}).*?^\1[ \t]*$", "", text, flags=re.S | re.M)
+    return [" ".join(p.split()) for p in text.split("\n\n")
+            if p.strip() and not p.lstrip().startswith(("#", "$$", "<", "|", ":::"))]
+
+
 class Deck:
     """The slides of one chapter, gathered while walking its cells in order."""
 
     def __init__(self) -> None:
         self.title, self.claim = "", ""
-        self.sections: list[dict] = []
+        self.blocks: list[dict] = []  # {"title", "level", "prose": [...], "items": [(kind, content, lead)]}
         self.verdict, self.exercises = "", []
+
+    @property
+    def _hidden(self) -> bool:
+        tops = [b for b in self.blocks if b["level"] == 2]
+        return bool(tops) and tops[-1]["plain"] in _HIDDEN_SECTIONS
 
     def markdown(self, source: str) -> None:
         for m in _DIRECTIVE.finditer(source):
             if m[2] == "exercise":
                 self.exercises.append(paragraphs(m[4]))
-            elif "seed gets wrong" in m[3]:
+            elif m[2] == "admonition" and "seed gets wrong" in m[3]:
                 self.verdict = paragraphs(m[4].split("\n\n")[0] if not m[4].startswith(":") else
                                           m[4].split("\n\n", 2)[1])
         prose = _DIRECTIVE.sub("", source)
@@ -68,40 +96,100 @@ class Deck:
             quote = re.search(r"^((?:>.*\n?)+)", prose[h1.end():].lstrip("\n"), re.M)
             if quote:
                 self.claim = paragraphs(re.sub(r"^> ?", "", quote[1], flags=re.M))
-        for part in re.split(r"^(?=## )", prose, flags=re.M):
-            if part.startswith("## "):
-                self.sections.append({"title": inline(part.splitlines()[0][3:]), "equations": [], "figure": None})
-            if self.sections:
-                eqs = self.sections[-1]["equations"]
-                eqs.extend(m[1].strip() for m in _DISPLAY.finditer(part) if len(eqs) < MAX_EQUATIONS)
-                del eqs[MAX_EQUATIONS:]
+            return
+        for part in re.split(r"^(?=#{2,3} )", prose, flags=re.M):
+            if head := re.match(r"^(#{2,3}) (.+)$", part, re.M):
+                self.blocks.append({"title": inline(head[2]), "plain": head[2].strip(), "level": len(head[1]),
+                                    "prose": [], "items": []})
+                part = part[head.end():]
+            if not self.blocks or self._hidden:
+                continue
+            block = self.blocks[-1]
+            pos = 0
+            for m in _DISPLAY.finditer(part):  # the paragraph before an equation introduces it
+                block["prose"] += _prose(part[pos:m.start()])
+                block["items"].append(("eq", f"$${html.escape(m[1].strip())}$$",
+                                       block["prose"][-1] if block["prose"] else ""))
+                pos = m.end()
+            block["prose"] += _prose(part[pos:])
 
     def outputs(self, outputs: list) -> None:
-        if not self.sections or self.sections[-1]["figure"]:
+        if not self.blocks or self._hidden:
             return
+        block = self.blocks[-1]
+        lead = block["prose"][-1] if block["prose"] else ""
         for out in outputs:
             data = out.get("data", {})
-            frame = _FRAME.search(data.get("text/html", "")) if "tl-fig" in data.get("text/html", "") else None
-            if frame:
-                self.sections[-1]["figure"] = frame[1]
-            elif "image/png" in data:
-                self.sections[-1]["figure"] = "data:image/png;base64," + data["image/png"].replace("\n", "")
-            if self.sections[-1]["figure"]:
-                return
+            page = data.get("text/html", "")
+            frame = _FRAME.search(page) if "tl-fig" in page else None
+            figures = sum(kind == "fig" for kind, _, _ in block["items"])
+            if frame and figures < FIGURES_PER_SECTION:
+                block["items"].append(("fig", frame[1], lead))
+            elif "image/png" in data and figures < FIGURES_PER_SECTION:
+                block["items"].append(("fig", "data:image/png;base64," + data["image/png"].replace("\n", ""), lead))
+            elif (table := _TABLE.search(page)) and not any(kind == "table" for kind, _, _ in block["items"]):
+                block["items"].append(("table", table[0], lead))
+            elif _is_derivation(md := data.get("text/markdown", "")):  # a SymPy result the code displays
+                block["items"].append(("eq", inline(" ".join(md.split())), lead))
+
+    def sections(self) -> list[tuple[int, list[str]]]:
+        """(level, slides) for each block, in order."""
+        out = []
+        for b in self.blocks:
+            if b["plain"] in _HIDDEN_SECTIONS or not b["prose"]:
+                continue
+            first = _SENTENCE.split(b["prose"][0])
+            idea, rest = " ".join(first[:2]), " ".join(first[2:])
+            slides = [f"<h3>{b['title']}</h3><p class='idea'>{inline(idea)}</p>{_notes([rest or idea])}"]
+            later = b["prose"][1:]
+            for k in range(0, len(later), POINTS_PER_SLIDE):
+                chunk = later[k:k + POINTS_PER_SLIDE]
+                points = "".join(f"<li class='fragment'>{inline(_SENTENCE.split(p)[0])}</li>" for p in chunk)
+                slides.append(f"<h4>{b['title']}</h4><ul>{points}</ul>{_notes(chunk)}")
+            eqs = [(c, lead) for kind, c, lead in b["items"] if kind == "eq"]
+            for k in range(0, len(eqs), EQUATIONS_PER_SLIDE):
+                chunk = eqs[k:k + EQUATIONS_PER_SLIDE]
+                steps = "".join(f"<div class='eq fragment'>{e}</div>" for e, _ in chunk)
+                leads = list(dict.fromkeys(lead for _, lead in chunk if lead)) or [idea]
+                slides.append(f"<h4>{b['title']}</h4>{steps}{_notes(leads)}")
+            for kind, content, lead in b["items"]:
+                if kind == "fig":
+                    slides.append(f"<h4>{b['title']}</h4><img class='fig' src='{content}' alt='figure: "
+                                  f"{html.escape(b['plain'])}'>{_notes([lead or idea])}")
+                elif kind == "table":
+                    slides.append(f"<h4>Worked example: {b['title']}</h4><div class='table'>{content}</div>"
+                                  f"{_notes([lead or idea])}")
+            out.append((b["level"], slides))
+        return out
 
     def slides(self) -> list[str]:
-        out = [f"<h2>{self.title}</h2><blockquote class='claim'>{self.claim}</blockquote>"]
-        for s in self.sections:
-            if not (s["equations"] or s["figure"]):
-                continue
-            parts = [f"<h3>{s['title']}</h3>"] + [f"<div class='eq'>$${html.escape(e)}$$</div>" for e in s["equations"]]
-            if s["figure"]:
-                parts.append(f"<img class='fig' src='{s['figure']}' alt='figure: {s['title']}'>")
-            out.append("".join(parts))
+        body = self.sections()
+        total, half, seen, marker = sum(len(s) for _, s in body), 0, 0, None
+        for i, (level, slides) in enumerate(body):  # the section boundary nearest the middle
+            if level == 2 and (marker is None or abs(seen - total / 2) < abs(half - total / 2)):
+                marker, half = i, seen
+            seen += len(slides)
+        out = [f"<h2>{self.title}</h2><blockquote class='claim'>{self.claim}</blockquote>"
+               f"{_notes(['The seed claim this chapter makes concrete, and corrects where it is loose.'])}"]
+        for i, (_, slides) in enumerate(body):
+            if i == marker and i > 0:
+                out.append(f"<h2>Session 2</h2><p>{self.title}</p>{_notes(['Second 90-minute session.'])}")
+            out += slides
         if self.verdict:
-            out.append(f"<h3>What the seed gets wrong</h3>{self.verdict}")
-        out += [f"<h3>Exercise {i}</h3>{text}" for i, text in enumerate(self.exercises, 1)]
+            out.append(f"<h3>What the seed gets wrong</h3>{self.verdict}{_notes(['The verdict on the seed.'])}")
+        out += [f"<h3>Exercise {i}</h3>{text}{_notes(['Statement only; the solutions are in the book.'])}"
+                for i, text in enumerate(self.exercises, 1)]
         return out
+
+
+def _is_derivation(md: str) -> bool:
+    """A Markdown output that is mostly maths with a command in it (a derivation's result), not a sentence."""
+    words = re.sub(r"\$\$?.+?\$\$?", "", md, flags=re.S)
+    return "$" in md and "\\" in md and len(md) < 800 and len(words.strip()) < 0.3 * len(md)
+
+
+def _notes(paras: list[str]) -> str:
+    return "<aside class='notes'>" + "".join(f"<p>{inline(p)}</p>" for p in paras if p) + "</aside>"
 
 
 def deck_for(page: Path, executed: Path | None) -> Deck:
@@ -123,17 +211,37 @@ def render(deck: Deck, vendor: str) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="stylesheet" href="{vendor}/reveal.js/dist/reveal.css">
 <link rel="stylesheet" href="{vendor}/reveal.js/dist/theme/white.css">
-<style>.reveal h2,.reveal h3{{text-transform:none}} .reveal section{{font-size:0.62em}}
-.reveal img.fig{{max-height:55vh;margin:0.3em auto}} .reveal blockquote.claim{{width:90%;font-size:0.8em}}
-.reveal .eq{{font-size:0.9em}}</style></head>
+<style>.reveal h2,.reveal h3,.reveal h4{{text-transform:none}} .reveal section{{font-size:0.62em}}
+.reveal p.idea{{font-size:1.3em;text-align:left}} .reveal ul{{display:block;font-size:1.1em}}
+.reveal img.fig{{max-height:520px;margin:0.3em auto}}
+.reveal blockquote.claim{{width:90%;font-size:0.8em}} .reveal .eq{{font-size:0.9em}}
+.reveal .table table{{font-size:0.55em;margin:0 auto}}
+.reveal .table td,.reveal .table th{{padding:0.15em 0.4em}}</style>
+</head>
 <body><div class="reveal"><div class="slides">
 {slides}
 </div></div>
 <script src="{vendor}/reveal.js/dist/reveal.js"></script>
 <script src="{vendor}/reveal.js/plugin/math/math.js"></script>
-<script>Reveal.initialize({{hash: true, controls: true, progress: true, plugins: [RevealMath.MathJax3],
+<script src="{vendor}/reveal.js/plugin/notes/notes.js"></script>
+<script>
+function fit(slide) {{  // shrink the text of a slide taller or wider than the slide, down to half
+  if (!slide) return;
+  const {{width, height}} = Reveal.getConfig();
+  let scale = 1;
+  slide.style.fontSize = "";
+  while ((slide.scrollHeight > height || slide.scrollWidth > width) && scale > 0.5) {{
+    scale -= 0.05;
+    slide.style.fontSize = (0.62 * scale) + "em";
+  }}
+}}
+Reveal.initialize({{hash: true, controls: true, progress: true, width: 1280, height: 720,
+  plugins: [RevealMath.MathJax3, RevealNotes],
   mathjax3: {{mathjax: "{vendor}/mathjax/tex-chtml.js",
-             tex: {{inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], displayMath: [["$$", "$$"]]}}}}}});</script>
+             tex: {{inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], displayMath: [["$$", "$$"]]}}}}}});
+Reveal.on("ready", e => fit(e.currentSlide));
+Reveal.on("slidechanged", e => fit(e.currentSlide));
+</script>
 </body></html>
 """
 

@@ -33,11 +33,12 @@ def add_link(app: Sphinx, pagename: str, templatename, context, doctree) -> None
         return
     href = html.escape(("../" if _chinese(app) else "") + context["pathto"](f"slides/{page.stem}.html", 1))
     if _chinese(app):
-        line = (f'\n<p class="tl-slides"><a href="{href}">本章幻灯片</a>（英文；reveal.js：关键公式、图和练习；'
-                f"方向键翻页，F 键全屏）。</p>\n")
+        line = (f'\n<p class="tl-slides"><a href="{href}">本章幻灯片</a>（英文；reveal.js：要点、逐步展开的推导、'
+                f"图和练习，附讲稿；方向键翻页，S 键打开讲者视图，F 键全屏）。</p>\n")
     else:
-        line = (f'\n<p class="tl-slides"><a href="{href}">Slides for this chapter</a> (reveal.js: the key '
-                f"equations, figures and exercises; arrow keys to step, F for full screen).</p>\n")
+        line = (f'\n<p class="tl-slides"><a href="{href}">Slides for this chapter</a> (reveal.js: the key ideas, '
+                f"derivations stepped, figures and exercises, with speaker notes; arrow keys to step, S for the "
+                f"speaker view, F for full screen).</p>\n")
     body = context["body"]
     at = body.find("</h1>")
     context["body"] = body[:at + 5] + line + body[at + 5:] if at >= 0 else line + body
