@@ -68,9 +68,46 @@ def descent_flow_rate(a, eta):
     return rate
 
 
+def depth_gradient_norms(weights, h0, grad_out, residual):
+    hs, zs = [h0], []
+    for w in weights:  # forward, keeping each pre-activation z_l = h_l W_lᵀ
+        zs.append(hs[-1] @ w.T)
+        hs.append(hs[-1] + torch.tanh(zs[-1]) if residual else torch.tanh(zs[-1]))
+    g, norms = grad_out, [grad_out.norm()]
+    for w, z in zip(reversed(weights), reversed(zs), strict=True):  # backward: g ← g (I + J)ᵀ or g Jᵀ
+        branch = (g * (1 - torch.tanh(z) ** 2)) @ w
+        g = g + branch if residual else branch
+        norms.append(g.norm())
+    return torch.stack(norms[::-1])
+
+
+def _depth_by_autograd(weights, h0, grad_out, residual):
+    hs = [h0.clone().requires_grad_()]
+    for w in weights:
+        h = hs[-1]
+        hs.append(h + torch.tanh(h @ w.T) if residual else torch.tanh(h @ w.T))
+    return torch.stack([g.norm() for g in torch.autograd.grad(hs[-1], hs, grad_out)])
+
+
+def _depth_by_jacobians(weights, h0, grad_out, residual):
+    """One row at a time, the explicit C × C Jacobian of every layer."""
+    norms = torch.zeros(len(weights) + 1, dtype=h0.dtype)
+    for x, g in zip(h0, grad_out, strict=True):
+        hs = [x]
+        for w in weights:
+            hs.append(hs[-1] + torch.tanh(w @ hs[-1]) if residual else torch.tanh(w @ hs[-1]))
+        gs = [g]
+        for w, h in zip(reversed(weights), reversed(hs[:-1]), strict=True):
+            J = torch.diag(1 - torch.tanh(w @ h) ** 2) @ w
+            gs.append(gs[-1] @ ((torch.eye(len(h), dtype=h.dtype) + J) if residual else J))
+        norms += torch.stack([v.pow(2).sum() for v in gs[::-1]])
+    return norms.sqrt()
+
+
 SOLUTIONS = {"linear_grads": linear_grads, "gelu_tanh_grad": gelu_tanh_grad, "softmax_ce_grad": softmax_ce_grad,
              "layer_norm_grad": layer_norm_grad, "relu_grad": relu_grad, "mlp_grads": mlp_grads,
-             "central_difference_grad": central_difference_grad, "descent_flow_rate": descent_flow_rate}
+             "central_difference_grad": central_difference_grad, "descent_flow_rate": descent_flow_rate,
+             "depth_gradient_norms": depth_gradient_norms}
 
 
 # ---------------------------------------------------------------- typical wrong answers
@@ -458,7 +495,41 @@ CATALOGUE = {
         ],
         "right": [_mlp_autograd_free_einsum, _mlp_with_package],
     },
+    "depth_gradient_norms": {
+        "wrong": [
+            (lambda weights, h0, grad_out, residual: depth_gradient_norms(weights, h0, grad_out, residual).flip(0),
+             ["differs", "wrong order"]),
+            (lambda weights, h0, grad_out, residual: depth_gradient_norms(weights.transpose(1, 2), h0, grad_out,
+                                                                          residual), ["differs"]),  # forward too
+            (lambda weights, h0, grad_out, residual: _depth_slip(weights, h0, grad_out, residual, transpose=True),
+             ["differs", "not (∂L/∂z) Wᵀ"]),
+            (lambda weights, h0, grad_out, residual: _depth_slip(weights, h0, grad_out, residual, identity=False),
+             ["differs", "I + J"]),
+            (lambda weights, h0, grad_out, residual: _depth_slip(weights, h0, grad_out, residual, slope_at="h"),
+             ["differs", "pre-activation"]),
+            (lambda weights, h0, grad_out, residual: _depth_slip(weights, h0, grad_out, residual, forward=True),
+             ["differs", "activations' norms"]),
+            (lambda weights, h0, grad_out, residual: depth_gradient_norms(weights, h0, grad_out, residual)[1:],
+             ["has shape"]),  # h_0 left out
+            (lambda weights, h0, grad_out, residual: _depth_slip(weights, h0, grad_out, residual, no_slope=True),
+             ["differs"]),  # tanh′ forgotten
+        ],
+        "right": [_depth_by_autograd, _depth_by_jacobians],
+    },
 }
+
+
+def _depth_slip(weights, h0, grad_out, residual, *, no_slope=False, **slip):
+    if no_slope:
+        hs = [h0]
+        for w in weights:
+            hs.append(hs[-1] + torch.tanh(hs[-1] @ w.T) if residual else torch.tanh(hs[-1] @ w.T))
+        g, norms = grad_out, [grad_out.norm()]
+        for w in reversed(weights):
+            g = g + g @ w if residual else g @ w
+            norms.append(g.norm())
+        return torch.stack(norms[::-1])
+    return ch4._depth_norms(weights, h0, grad_out, residual, **slip)
 
 
 def test_registry():

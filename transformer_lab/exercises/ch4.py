@@ -7,6 +7,7 @@
 * ``relu_grad(grad_out, x)`` — ∂L/∂x through ReLU, with PyTorch's slope 0 at x = 0
 * ``mlp_grads(grad_out, x, w1, b1, w2, b2)`` — all five gradients of the MLP block (tanh GELU), by the chain rule
 * ``central_difference_grad(f, x, h)`` — the finite differences ``gradcheck`` compares a backward pass with
+* ``depth_gradient_norms(weights, h0, grad_out, residual)`` — ‖∂L/∂h_l‖ at every layer of a tanh stack, by hand
 * ``descent_flow_rate(a, eta)`` — the rate of the gradient flow that gradient descent follows exactly (SymPy)
 
 Each checker compares with :mod:`transformer_lab.backprop` on fixed float64 cases. It cannot tell whether the
@@ -450,7 +451,58 @@ def check_descent_flow_rate(fn) -> CheckResult:
     return check_expression("descent_flow_rate", fn, _ref_descent_flow_rate, [{"a": _A, "eta": _ETA}], hints=hints)
 
 
+# ---------------------------------------------------------------- 9. the gradient through depth
+def _depth_norms(weights, h0, grad_out, residual, *, transpose=False, identity=True, slope_at="z", order=-1,
+                 forward=False):
+    """‖∂L/∂h_l‖ for l = 0 … D through h_{l+1} = [h_l +] tanh(h_l W_lᵀ), backwards from grad_out = ∂L/∂h_D; the
+    keywords make the typical slips: Wᵀ for W, no identity path, tanh′ at the wrong point, forward order, the
+    activations' norms."""
+    hs, zs = [h0], []
+    for w in weights:
+        zs.append(hs[-1] @ w.T)
+        hs.append(hs[-1] + torch.tanh(zs[-1]) if residual else torch.tanh(zs[-1]))
+    if forward:
+        return torch.stack([h.norm() for h in hs])
+    g, norms = grad_out, [grad_out.norm()]
+    for w, z, h_next in zip(reversed(weights), reversed(zs), reversed(hs[1:]), strict=True):
+        slope = 1 - torch.tanh(z) ** 2 if slope_at == "z" else 1 - h_next**2  # tanh′(z) = 1 − tanh²(z)
+        branch = (g * slope) @ (w.T if transpose else w)  # ∂L/∂h_l through the branch: (g ⊙ tanh′(z)) W
+        g = g + branch if residual and identity else branch
+        norms.append(g.norm())
+    return torch.stack(norms[::order])
+
+
+def _ref_depth_gradient_norms(weights, h0, grad_out, residual):
+    return _depth_norms(weights, h0, grad_out, residual)
+
+
+def check_depth_gradient_norms(fn) -> CheckResult:
+    """``fn(weights (D, C, C), h0 (N, C), grad_out (N, C), residual) -> (D + 1,)``: ‖∂L/∂h_l‖ (Frobenius) for
+    l = 0 … D through h_{l+1} = tanh(h_l W_lᵀ), or h_l + tanh(h_l W_lᵀ) when ``residual``."""
+    g = generator(8)
+    cases = [{"weights": torch.randn(d, c, c, generator=g, dtype=D) * gain / c**0.5,
+              "h0": torch.randn(n, c, generator=g, dtype=D), "grad_out": torch.randn(n, c, generator=g, dtype=D),
+              "residual": residual}
+             for d, c, n, gain, residual in ((4, 5, 3, 1.5, False), (4, 5, 3, 1.5, True), (6, 3, 2, 0.6, False),
+                                             (3, 4, 1, 2.5, True), (1, 2, 2, 1.0, True))]
+    slips = _slip_hint(_ref_depth_gradient_norms, cases, [
+        (lambda **c: _depth_norms(**c, order=1), "the norms are in the wrong order: entry l belongs to h_l, from "
+                                                 "the input h_0 to the output h_D"),
+        (lambda **c: _depth_norms(**c, transpose=True), "z = h Wᵀ, so ∂L/∂h = (∂L/∂z) W, not (∂L/∂z) Wᵀ"),
+        (lambda **c: _depth_norms(**c, identity=False),
+         "a residual layer's Jacobian is I + J: the gradient that arrives also passes back unchanged, "
+         "g + (g ⊙ tanh′(z)) W"),
+        (lambda **c: _depth_norms(**c, slope_at="h"),
+         "tanh′(z) = 1 − tanh²(z) at the pre-activation z = h_l W_lᵀ; in a residual layer h_{l+1} = h_l + tanh(z) "
+         "is not tanh(z)"),
+        (lambda **c: _depth_norms(**c, forward=True), "these are the activations' norms ‖h_l‖; the exercise asks "
+                                                      "for the gradient's, ‖∂L/∂h_l‖, computed backwards from "
+                                                      "grad_out")])
+    return _check("depth_gradient_norms", fn, _ref_depth_gradient_norms, cases, atol=1e-12, rtol=1e-10, hint=slips)
+
+
 EXERCISES = {"linear_grads": check_linear_grads, "gelu_tanh_grad": check_gelu_tanh_grad,
              "softmax_ce_grad": check_softmax_ce_grad, "layer_norm_grad": check_layer_norm_grad,
              "relu_grad": check_relu_grad, "mlp_grads": check_mlp_grads,
-             "central_difference_grad": check_central_difference_grad, "descent_flow_rate": check_descent_flow_rate}
+             "central_difference_grad": check_central_difference_grad, "descent_flow_rate": check_descent_flow_rate,
+             "depth_gradient_norms": check_depth_gradient_norms}

@@ -56,6 +56,7 @@ layer_norm_grad             4  ch4-ex-layer-norm              45  3   6
 relu_grad                   4  ch4-ex-relu                    15  1   6
 mlp_grads                   4  ch4-ex-mlp                     40  3   6
 central_difference_grad     4  ch4-ex-central-difference      40  2   6
+depth_gradient_norms        4  ch4-ex-depth                   40  2   6
 descent_flow_rate           4  ch4-ex-descent-flow-rate       40  3   6
 cross_entropy_from_logits   5  ch5-ex-cross-entropy           20  1   7
 kl_div                      5  ch5-ex-kl                      15  1   7
