@@ -5,7 +5,7 @@ off-host request is blocked.
 
 The decks are generated into a temporary folder (figures from ``_build/jupyter_execute`` when a build left it)
 and served with the site's vendored reveal.js and MathJax (tools/fetch_assets.sh). Set ``TL_SCREENSHOTS=DIR``
-to keep screenshots of a few of chapter 2's slides.
+to keep screenshots of a few slides of chapters 2, 4 and 5.
 """
 
 import functools
@@ -31,7 +31,8 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     (root / "_static").mkdir()
     (root / "_static" / "vendor").symlink_to(VENDOR)
-    decks = write_decks(root / "slides", executed=ROOT / "_build" / "jupyter_execute")
+    decks = write_decks(root / "slides", executed=ROOT / "_build" / "jupyter_execute",
+                        cache=ROOT / "_build" / ".jupyter_cache")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a: None
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -42,12 +43,20 @@ def site(tmp_path_factory):
 
 SLIDE_FACTS = """() => {
   const {width, height} = Reveal.getConfig();
+  Reveal.configure({transition: "none", backgroundTransition: "none"});  // each slide measured where it rests
   return Reveal.getSlides().map((slide, i) => {
     Reveal.slide(i, 0, 99);  // the slide with every fragment shown: the slide-changed handler fits it
-    return {i, h: slide.scrollHeight, w: slide.scrollWidth, width, height,
+    const box = document.querySelector(".reveal .slides").getBoundingClientRect(), k = box.width / width;
+    const out = [...slide.querySelectorAll("mjx-math, img, table, li, p, h2, h3, h4")].filter(e => {
+      const r = e.getBoundingClientRect();
+      return r.width && (r.left < box.left - 2 || r.right > box.left + width * k + 2 || r.top < box.top - 2
+                         || r.bottom > box.top + height * k + 2);
+    }).map(e => e.tagName + ": " + e.textContent.slice(0, 40));
+    return {i, h: slide.scrollHeight, w: slide.scrollWidth, width, height, out,
             notes: (slide.querySelector("aside.notes") || {textContent: ""}).textContent.trim().length > 0,
             merror: slide.querySelectorAll("mjx-merror").length, math: slide.querySelectorAll("mjx-container").length,
             fragments: slide.querySelectorAll(".fragment").length,
+            kind: slide.querySelector("img.fig") ? "figure" : "",
             title: (slide.querySelector("h2, h3, h4") || {textContent: ""}).textContent.slice(0, 60)};
   });
 }"""
@@ -81,6 +90,7 @@ def test_every_deck_fits_its_slides_has_notes_and_steps_offline(site):
             for f in facts:
                 where = f"{deck.name}, slide {f['i']} ({f['title']!r})"
                 assert f["h"] <= f["height"] + 1 and f["w"] <= f["width"] + 1, f"{where} overflows: {f}"
+                assert not f["out"], f"{where}: drawn outside the slide: {f['out']}"
                 assert f["notes"], f"{where} has no speaker notes"
                 assert f["merror"] == 0, f"{where}: a TeX error"
             assert sum(f["math"] for f in facts) > 0, f"{deck.name}: no typeset math"
@@ -88,11 +98,13 @@ def test_every_deck_fits_its_slides_has_notes_and_steps_offline(site):
             for _ in range(sum(f["fragments"] for f in facts) + len(facts) - 1):
                 page.keyboard.press("ArrowRight")
             assert page.evaluate("() => Reveal.isLastSlide()"), deck.name
-            if os.environ.get("TL_SCREENSHOTS") and deck.name.startswith("02-"):
-                for i in (0, 2, 5, 9, len(facts) // 2):
+            if os.environ.get("TL_SCREENSHOTS") and deck.name[:2] in ("02", "04", "05"):
+                kinds = ("Derivation", "Worked example", "figure")
+                shown = [next((f["i"] for f in facts if kind in f["title"] + f["kind"]), 0) for kind in kinds]
+                for i in (0, 2, *shown, len(facts) // 2):
                     page.evaluate(f"() => Reveal.slide({i}, 0, 99)")
                     page.wait_for_timeout(800)  # the slide transition
-                    page.screenshot(path=str(Path(os.environ["TL_SCREENSHOTS"]) / f"slide-02-{i}.png"))
+                    page.screenshot(path=str(Path(os.environ["TL_SCREENSHOTS"]) / f"slide-{deck.name[:2]}-{i}.png"))
         browser.close()
     assert not errors, errors
     assert not off_host, off_host

@@ -1,8 +1,9 @@
 """Sphinx extension: the chapters' reveal.js decks (tools/slides.py) built into the site and linked from each page.
 
 After an HTML build, ``<site>/slides/NN-name.html`` is written for every chapter from its source and the
-executed notebook MyST-NB left beside the site (``_build/jupyter_execute``), so a deck's figures are the page's
-own, at their default frame. Each chapter page gets a line linking its deck; the Chinese edition's pages link the
+outputs its code had when the book was built: the executed notebooks MyST-NB left beside the site
+(``_build/jupyter_execute``) and, for pages this build did not re-run, its execution cache; so a deck's figures are
+the page's own, at their default frame. Each chapter page gets a line linking its deck; the Chinese edition's pages link the
 English decks.
 """
 
@@ -24,7 +25,8 @@ def write(app: Sphinx, exception) -> None:
     if exception or app.builder.format != "html" or _chinese(app):  # the Chinese edition links the English decks
         return
     outdir = Path(app.outdir)
-    write_decks(outdir / "slides", root=Path(app.srcdir), executed=outdir.parent / "jupyter_execute")
+    cache = Path(app.srcdir) / app.env.mystnb_config.execution_cache_path  # pages this build did not re-run
+    write_decks(outdir / "slides", root=Path(app.srcdir), executed=outdir.parent / "jupyter_execute", cache=cache)
 
 
 def add_link(app: Sphinx, pagename: str, templatename, context, doctree) -> None:
