@@ -41,6 +41,29 @@ def inverted_dropout(x, keep, p):
     return torch.where(keep, x / (1 - p), torch.zeros_like(x))
 
 
+def dropout(x, p, training, generator):
+    if not training:
+        return x
+    keep = torch.rand(x.shape, generator=generator, dtype=x.dtype) >= p
+    return torch.where(keep, x / (1 - p), torch.zeros_like(x))
+
+
+def _dropout_with(mask_shape=None, *, keep_below=False, scale=lambda p: 1 / (1 - p), in_eval=False, rng="given",
+                  pairs=False):
+    """A dropout answer with one typical mistake: the mask's shape (or rows drawn in ``pairs``), its direction,
+    the scale, dropping in evaluation, or where the random numbers come from."""
+    def answer(x, p, training, generator):
+        if not training and not in_eval:
+            return x
+        g = {"given": generator, "global": None, "fixed": torch.Generator().manual_seed(0)}[rng]
+        u = torch.rand(mask_shape(x) if mask_shape else x.shape, generator=g, dtype=x.dtype)
+        keep = u < p if keep_below else u >= p
+        if pairs:  # one row of the mask for two rows of x
+            keep = keep.repeat_interleave(2, 0)[:len(x)]
+        return x * keep * scale(p)
+    return answer
+
+
 def expected_dropout_loss(w, X, y, p):
     residual = y - X @ w  # the error of the mean prediction, E[(m ⊙ x)·w] = x·w
     variance = p / (1 - p) * (X**2) @ (w**2)  # Var((m ⊙ x)·w) = Σ_j x_j² w_j² Var(m_j)
@@ -515,6 +538,32 @@ CATALOGUE = {
         "right": [lambda x, keep, p: x * keep.to(x.dtype) / (1 - p),
                   lambda x, keep, p: x.masked_fill(~keep, 0.0) / (1 - p)],
     },
+    "dropout": {
+        "wrong": [(_dropout_with(keep_below=True), ["30%", "drop with probability 1 − p"]),
+                  (_dropout_with(lambda x: x.shape[-1:]), ["every row", "not one mask for the whole batch"]),
+                  (_dropout_with(lambda x: (*x.shape[:-1], 1)), ["every column", "not one for each row"]),
+                  (_dropout_with(in_eval=True), ["training=False", "x unchanged"]),
+                  (lambda x, p, training, generator: x * (1 - p) if not training
+                   else _dropout_with(scale=lambda p: 1.0)(x, p, training, generator), ["training=False"]),
+                  (_dropout_with(scale=lambda p: 1.0), ["1.429 x", "scale the kept entries by 1/(1 − p)"]),
+                  (_dropout_with(scale=lambda p: 1 / p), ["divide by the probability of keeping"]),
+                  (_dropout_with(rng="global"), ["same seed", "global generator"]),
+                  (lambda x, p, training, generator: torch.nn.functional.dropout(x, p, training),
+                   ["same seed", "F.dropout"]),
+                  (_dropout_with(rng="fixed"), ["another seed gave the same mask"]),
+                  (_dropout_with(scale=lambda p: 1 / (1 - p) if p < 1 else math.inf), ["at p = 1", "NaN"]),
+                  (lambda x, p, training, generator: x.mul_(torch.rand(x.shape, generator=generator) >= p)
+                   .div_(1 - p) if training and p < 1 else x.zero_() if training else x, ["in place"]),
+                  (lambda x, p, training, generator: dropout(x, p, training, generator).flatten(), ["shape of x"]),
+                  # one mask for every pair of rows: not independent, yet no row repeats the whole batch's
+                  (_dropout_with(lambda x: (-(-len(x) // 2), *x.shape[1:]), pairs=True),
+                   ["independent from row to row"])],
+        "right": [lambda x, p, training, generator: x if not training or p == 0 else torch.zeros_like(x) if p == 1
+                  else x * torch.bernoulli(torch.full_like(x, 1 - p), generator=generator) / (1 - p),
+                  # keep with probability 1 − p by comparing from the other side
+                  lambda x, p, training, generator: (x * (torch.rand(x.shape, generator=generator) < 1 - p)
+                                                     / max(1 - p, 1e-300) if training else x.clone())],
+    },
     "expected_dropout_loss": {
         "wrong": [(lambda w, X, y, p: ((y - X @ w) ** 2).mean(), ["differs", "loss without dropout"]),
                   (lambda w, X, y, p: ((y - X @ w) ** 2 + p * (X**2) @ (w**2)).mean(), ["differs", "not p"]),
@@ -544,7 +593,8 @@ CATALOGUE = {
 def test_registry():
     assert registry(3) == ch3.EXERCISES
     assert set(ch3.EXERCISES) == {"adam_step", "warmup_cosine_lr", "gradient_descent", "heavy_ball",
-                                  "inverted_dropout", "expected_dropout_loss", "sgd_epoch", "expected_first_moment",
+                                  "inverted_dropout", "dropout", "expected_dropout_loss", "sgd_epoch",
+                                  "expected_first_moment",
                                   "sgd_step_limit"}
     assert set(CATALOGUE) == set(ch3.EXERCISES)
 
@@ -552,7 +602,8 @@ def test_registry():
 def test_solutions_pass():
     for name, sol in [("adam_step", adam_step), ("warmup_cosine_lr", warmup_cosine_lr),
                       ("gradient_descent", gradient_descent), ("heavy_ball", heavy_ball),
-                      ("inverted_dropout", inverted_dropout), ("expected_dropout_loss", expected_dropout_loss),
+                      ("inverted_dropout", inverted_dropout), ("dropout", dropout),
+                      ("expected_dropout_loss", expected_dropout_loss),
                       ("sgd_epoch", sgd_epoch),
                       ("expected_first_moment", first_moment_sum), ("sgd_step_limit", step_limit_solve)]:
         r = ch3.EXERCISES[name](sol)

@@ -192,6 +192,18 @@ def test_decoding_limits_let_ordinary_replies_through():
     assert _wire.decode(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))[1][1] == {"k": (1, "s", None)}
 
 
+def test_a_generator_travels_as_its_state_and_the_senders_does_not_advance():
+    sent = torch.Generator().manual_seed(7)
+    buf = io.BytesIO()
+    torch.save(_wire.encode(("call", sent)), buf)
+    got = _wire.decode(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))[1]
+    assert isinstance(got, torch.Generator) and got is not sent
+    assert torch.equal(torch.rand(5, generator=got), torch.rand(5, generator=torch.Generator().manual_seed(7)))
+    assert torch.equal(torch.rand(5, generator=sent), torch.rand(5, generator=torch.Generator().manual_seed(7)))
+    with pytest.raises(ValueError, match="generator state"):
+        _wire.decode((_wire._TAG + "generator", torch.zeros(3)))
+
+
 # 7 ------------------------------------------------------------------------------------------------------------
 FORGE = """
 import glob, os

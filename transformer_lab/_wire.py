@@ -2,7 +2,8 @@
 
 A message is a value written with ``torch.save`` and read with ``torch.load(weights_only=True)``, after an 8-byte
 length: nothing either side sends is executed by the other. Values that ``torch.save`` cannot carry safely as
-themselves travel as tagged tuples: tensors (with ``requires_grad``), NumPy arrays and scalars, tuples, dicts, SymPy
+themselves travel as tagged tuples: tensors (with ``requires_grad``), NumPy arrays and scalars, tuples, dicts, CPU
+random generators (their state: the receiver draws from a copy, so the sender's does not advance), SymPy
 expressions (as a tree of SymPy class names, rebuilt from SymPy's own namespace only) and functions (as an index:
 the side that holds the function runs it).
 
@@ -72,6 +73,8 @@ def encode(x: Any, callbacks: list[Callable] | None = None) -> Any:
         return (_TAG + "sympy", _sympy_tree(x))
     if isinstance(x, torch.device):
         return (_TAG + "device", str(x))
+    if isinstance(x, torch.Generator) and x.device.type == "cpu":  # the receiver gets a generator in this state
+        return (_TAG + "generator", x.get_state())
     if callable(x) and callbacks is not None:
         callbacks.append(x)
         return (_TAG + "callback", len(callbacks) - 1)
@@ -128,6 +131,11 @@ class _Decoder:
             return self.sympy(rest[0], depth)
         if kind == "device":
             return torch.device(str(rest[0]))
+        if kind == "generator":
+            state = self.tensor(rest[0], depth)
+            if state.dtype != torch.uint8:
+                raise ValueError("unreadable value in a message (a generator state that is not bytes)")
+            return torch.Generator().set_state(state)
         if kind == "callback" and self.callback is not None:
             return self.callback(int(rest[0]))
         raise ValueError(f"unreadable value in a message (kind {kind!r})")

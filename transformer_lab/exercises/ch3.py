@@ -5,6 +5,7 @@
 * ``gradient_descent(A, theta0, lr, steps)`` — the iterates of gradient descent on ½ θᵀAθ
 * ``heavy_ball(A, theta0, lr, beta, steps)`` — the iterates of heavy-ball momentum on ½ θᵀAθ
 * ``inverted_dropout(x, keep, p)`` — dropout with a given keep-mask
+* ``dropout(x, p, training, generator)`` — dropout drawing its own mask
 * ``expected_dropout_loss(w, X, y, p)`` — a linear model's squared error averaged over dropout masks
 * ``sgd_epoch(X, y, w, lr, batch_size, seed)`` — one epoch of mini-batch SGD on least squares
 * ``expected_first_moment(beta1, t, g, m0)`` — E[m_t] from any start m₀ (a SymPy derivation)
@@ -313,6 +314,103 @@ def check_inverted_dropout(fn) -> CheckResult:
     return _check("inverted_dropout", fn, _ref_inverted_dropout, cases, hints, **tol)
 
 
+# ---------------------------------------------------------------- 5a. dropout that draws its own mask
+def _dropped(fn, x, p, training, seed) -> torch.Tensor:
+    out = fn(x.clone(), p, training, generator(seed))
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        raise _Verdict(f"expected a tensor of the shape of x, {tuple(x.shape)}, got "
+                       f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}")
+    return out
+
+
+class _Verdict(Exception):
+    """A failed dropout check, with the message a student can act on."""
+
+
+def _within(value: float, expected: float, n: int) -> bool:
+    """``value``, a frequency over ``n`` independent draws, within 6 standard deviations of its ``expected`` value."""
+    return abs(value - expected) <= 6 * math.sqrt(expected * (1 - expected) / n) + 1e-12
+
+
+def _dropout_verdict(fn) -> None:
+    """Raise :class:`_Verdict` at the first property of inverted dropout that ``fn`` lacks."""
+    g = generator(17)
+    x = torch.rand(400, 250, generator=g, dtype=D) + 1  # entries in [1, 2): the kept ones are x/(1 − p)
+    if not torch.equal(_dropped(fn, x, 0.5, False, 1), x):
+        raise _Verdict("in evaluation (training=False) dropout must return x unchanged: inverted dropout already "
+                       "rescaled during training, so nothing is dropped or scaled at test time")
+    p = 0.3
+    out = _dropped(fn, x, p, True, 2)
+    if not torch.isfinite(out).all():
+        raise _Verdict("the output holds NaN or inf")
+    kept, ratio = out != 0, (out / x)[out != 0]
+    if kept.any() and not torch.allclose(ratio, torch.full_like(ratio, 1 / (1 - p)), rtol=1e-9, atol=0):
+        scale = ratio.median().item()
+        why = {1.0: "scale the kept entries by 1/(1 − p), so that E[output] = x",
+               1 / p: "divide by the probability of keeping, 1 − p, not by p",
+               1 - p: "multiplying by 1 − p is the original dropout's test-time scaling; inverted dropout divides "
+                      "the kept entries by 1 − p during training"}
+        hint = next((h for k, h in why.items() if abs(scale - k) < 1e-9), "")
+        raise _Verdict(f"a kept entry should be x/(1 − p) = {1 / (1 - p):.4g} x at p = {p}, got {scale:.4g} x"
+                       + (f". Hint: {hint}" if hint else ""))
+    n, dropped = x.numel(), 1 - kept.double().mean().item()
+    if not _within(dropped, p, n):
+        hint = (". Hint: p is the probability of dropping an entry; you drop with probability 1 − p"
+                if _within(dropped, 1 - p, n) else "")
+        raise _Verdict(f"at p = {p} about {p:.0%} of the entries should be dropped, got {dropped:.1%} of {n}{hint}")
+    agree = p**2 + (1 - p) ** 2  # two independent entries are both dropped or both kept
+    shared = {"row": (kept == kept[:1]).all(), "column": (kept == kept[:, :1]).all()}
+    if shared["row"] or shared["column"]:
+        raise _Verdict(f"every {'row' if shared['row'] else 'column'} of the mask is the same. Hint: draw one mask "
+                       "entry for every entry of x, torch.rand(x.shape, ...), "
+                       + ("not one mask for the whole batch" if shared["row"] else "not one for each row"))
+    for what, a, b in (("row", kept[1:], kept[:-1]), ("column", kept[:, 1:], kept[:, :-1])):
+        if not _within((a == b).double().mean().item(), agree, a.numel()):
+            raise _Verdict(f"the mask is not independent from {what} to {what}: neighbouring {what}s agree "
+                           f"{(a == b).double().mean().item():.1%} of the time, where independent draws agree "
+                           f"p² + (1 − p)² = {agree:.0%}")
+    if not torch.equal(_dropped(fn, x, p, True, 2), out):
+        raise _Verdict("the same seed gave a different mask. Hint: draw the mask from the `generator` passed in "
+                       "(e.g. `torch.rand(x.shape, generator=generator)`), so that a seeded run repeats; "
+                       "F.dropout and nn.Dropout draw from PyTorch's global generator")
+    other = _dropped(fn, x, p, True, 3) != 0
+    if not _within((other == kept).double().mean().item(), agree, n):
+        raise _Verdict("another seed gave the same mask: draw the mask from the `generator` passed in, not from a "
+                       "generator of your own with a fixed seed (each training step needs a fresh mask)")
+    copy = x.clone()
+    fn(copy, p, True, generator(4))
+    if not torch.equal(copy, x):
+        raise _Verdict("x was changed in place: return a new tensor")
+    if not torch.equal(_dropped(fn, x, 0.0, True, 5), x):
+        raise _Verdict("at p = 0 nothing is dropped: the output must equal x")
+    if not torch.equal(_dropped(fn, x, 1.0, True, 6), torch.zeros_like(x)):
+        raise _Verdict("at p = 1 every entry is dropped: the output must be zeros. Hint: x · 0/(1 − p) is 0/0 = NaN "
+                       "at p = 1; select instead of multiplying, or treat p = 1 apart")
+    small = torch.rand(3, 4, 5, generator=g, dtype=D) + 1
+    if _dropped(fn, small, 0.5, True, 7).shape != small.shape:
+        raise _Verdict("a three-dimensional x must give an output of its shape")
+
+
+def check_dropout(fn) -> CheckResult:
+    """``fn(x, p, training, generator) -> tensor``: inverted dropout drawing its own mask from ``generator``: each
+    entry kept independently with probability 1 − p and divided by 1 − p in training, zeros at p = 1; ``x``
+    unchanged in evaluation. Any way of drawing the mask is right, so the mask is judged by its statistics on
+    100,000 entries (frequencies within 6 standard deviations: a right answer fails with probability below 10⁻⁸)."""
+    name = "dropout"
+    if not callable(fn):
+        return CheckResult(name, False, f"expected a function, got {type(fn).__name__}")
+    try:
+        _dropout_verdict(fn)
+    except _Verdict as verdict:
+        return CheckResult(name, False, str(verdict))
+    except NotImplementedError:
+        return CheckResult(name, False, "not written yet: replace `raise NotImplementedError` with your code")
+    except Exception as exc:  # a student's bug: report it, do not crash the notebook
+        return CheckResult(name, False, f"raised {type(exc).__name__}: {exc}")
+    return CheckResult(name, True, "behaves as inverted dropout: the right fraction dropped, kept entries scaled "
+                                   "by 1/(1 − p), independent masks from the generator, x itself in evaluation")
+
+
 # ---------------------------------------------------------------- 5b. dropout's expected loss: a penalty
 def _ref_expected_dropout_loss(w, X, y, p):
     """(1/N) Σ_n E_m[(y_n − (m ⊙ x_n)·w)²] = (1/N) Σ_n [(y_n − x_n·w)² + p/(1 − p) Σ_j x_nj² w_j²], since
@@ -470,6 +568,7 @@ def check_sgd_step_limit(fn) -> CheckResult:
 
 EXERCISES = {"adam_step": check_adam_step, "warmup_cosine_lr": check_warmup_cosine_lr,
              "gradient_descent": check_gradient_descent, "heavy_ball": check_heavy_ball,
-             "inverted_dropout": check_inverted_dropout, "expected_dropout_loss": check_expected_dropout_loss,
+             "inverted_dropout": check_inverted_dropout, "dropout": check_dropout,
+             "expected_dropout_loss": check_expected_dropout_loss,
              "sgd_epoch": check_sgd_epoch,
              "expected_first_moment": check_expected_first_moment, "sgd_step_limit": check_sgd_step_limit}

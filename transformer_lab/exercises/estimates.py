@@ -45,6 +45,7 @@ warmup_cosine_lr            3  ch3-ex-schedule                20  1   5
 gradient_descent            3  ch3-ex-gradient-descent        20  1   4
 heavy_ball                  3  ch3-ex-heavy-ball              30  2   4
 inverted_dropout            3  ch3-ex-dropout                 10  1   5
+dropout                     3  ch3-ex-dropout-layer           20  2   5
 expected_dropout_loss       3  ch3-ex-dropout-penalty         35  2   5
 sgd_epoch                   3  ch3-ex-sgd-epoch               35  2   5
 expected_first_moment       3  ch3-ex-first-moment            40  3   4
