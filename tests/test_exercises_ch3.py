@@ -44,19 +44,20 @@ def inverted_dropout(x, keep, p):
 def dropout(x, p, training, generator):
     if not training:
         return x
-    keep = torch.rand(x.shape, generator=generator, dtype=x.dtype) >= p
+    keep = torch.rand(x.shape, generator=generator) >= p  # float32 draws, whatever x's dtype
     return torch.where(keep, x / (1 - p), torch.zeros_like(x))
 
 
-def _dropout_with(mask_shape=None, *, keep_below=False, scale=lambda p: 1 / (1 - p), in_eval=False, rng="given",
-                  pairs=False):
+def _dropout_with(mask_shape=None, *, keep_below=False, scale=lambda p: 1 / (1 - p) if p < 1 else 0.0, in_eval=False,
+                  rng="given", pairs=False, dtype=None):
     """A dropout answer with one typical mistake: the mask's shape (or rows drawn in ``pairs``), its direction,
-    the scale, dropping in evaluation, or where the random numbers come from."""
+    the scale, dropping in evaluation, where the random numbers come from, or their ``dtype`` ("x": x's)."""
     def answer(x, p, training, generator):
         if not training and not in_eval:
             return x
         g = {"given": generator, "global": None, "fixed": torch.Generator().manual_seed(0)}[rng]
-        u = torch.rand(mask_shape(x) if mask_shape else x.shape, generator=g, dtype=x.dtype)
+        u = torch.rand(mask_shape(x) if mask_shape else x.shape, generator=g,
+                       dtype=x.dtype if dtype == "x" else torch.float32)
         keep = u < p if keep_below else u >= p
         if pairs:  # one row of the mask for two rows of x
             keep = keep.repeat_interleave(2, 0)[:len(x)]
@@ -551,6 +552,7 @@ CATALOGUE = {
                   (lambda x, p, training, generator: torch.nn.functional.dropout(x, p, training),
                    ["same seed", "F.dropout"]),
                   (_dropout_with(rng="fixed"), ["another seed gave the same mask"]),
+                  (_dropout_with(dtype="x"), ["bfloat16", "keeps nothing"]),
                   (_dropout_with(scale=lambda p: 1 / (1 - p) if p < 1 else math.inf), ["at p = 1", "NaN"]),
                   (lambda x, p, training, generator: x.mul_(torch.rand(x.shape, generator=generator) >= p)
                    .div_(1 - p) if training and p < 1 else x.zero_() if training else x, ["in place"]),

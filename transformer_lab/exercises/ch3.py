@@ -353,17 +353,17 @@ def _dropout_verdict(fn) -> None:
         hint = next((h for k, h in why.items() if abs(scale - k) < 1e-9), "")
         raise _Verdict(f"a kept entry should be x/(1 − p) = {1 / (1 - p):.4g} x at p = {p}, got {scale:.4g} x"
                        + (f". Hint: {hint}" if hint else ""))
+    shared = {"row": (kept == kept[:1]).all(), "column": (kept == kept[:, :1]).all()}
+    if shared["row"] or shared["column"]:
+        raise _Verdict(f"every {'row' if shared['row'] else 'column'} of the mask is the same. Hint: draw one mask "
+                       "entry for every entry of x, torch.rand(x.shape, ...), "
+                       + ("not one mask for the whole batch" if shared["row"] else "not one for each row"))
     n, dropped = x.numel(), 1 - kept.double().mean().item()
     if not _within(dropped, p, n):
         hint = (". Hint: p is the probability of dropping an entry; you drop with probability 1 − p"
                 if _within(dropped, 1 - p, n) else "")
         raise _Verdict(f"at p = {p} about {p:.0%} of the entries should be dropped, got {dropped:.1%} of {n}{hint}")
     agree = p**2 + (1 - p) ** 2  # two independent entries are both dropped or both kept
-    shared = {"row": (kept == kept[:1]).all(), "column": (kept == kept[:, :1]).all()}
-    if shared["row"] or shared["column"]:
-        raise _Verdict(f"every {'row' if shared['row'] else 'column'} of the mask is the same. Hint: draw one mask "
-                       "entry for every entry of x, torch.rand(x.shape, ...), "
-                       + ("not one mask for the whole batch" if shared["row"] else "not one for each row"))
     for what, a, b in (("row", kept[1:], kept[:-1]), ("column", kept[:, 1:], kept[:, :-1])):
         if not _within((a == b).double().mean().item(), agree, a.numel()):
             raise _Verdict(f"the mask is not independent from {what} to {what}: neighbouring {what}s agree "
@@ -386,6 +386,12 @@ def _dropout_verdict(fn) -> None:
     if not torch.equal(_dropped(fn, x, 1.0, True, 6), torch.zeros_like(x)):
         raise _Verdict("at p = 1 every entry is dropped: the output must be zeros. Hint: x · 0/(1 − p) is 0/0 = NaN "
                        "at p = 1; select instead of multiplying, or treat p = 1 apart")
+    low, p = (torch.rand(400, 250, generator=g) + 1).to(torch.bfloat16), 0.999
+    kept_low = (_dropped(fn, low, p, True, 8) != 0).double().mean().item()
+    if not _within(kept_low, 1 - p, low.numel()):
+        raise _Verdict(f"for a bfloat16 x at p = {p}, about {1 - p:.1%} of the entries should be kept, got "
+                       f"{kept_low:.2%}. Hint: draw the random numbers in float32 or wider: bfloat16 has no number "
+                       "between 0.996 and 1, so `torch.rand(..., dtype=torch.bfloat16) >= 0.999` keeps nothing")
     small = torch.rand(3, 4, 5, generator=g, dtype=D) + 1
     if _dropped(fn, small, 0.5, True, 7).shape != small.shape:
         raise _Verdict("a three-dimensional x must give an output of its shape")
@@ -394,7 +400,8 @@ def _dropout_verdict(fn) -> None:
 def check_dropout(fn) -> CheckResult:
     """``fn(x, p, training, generator) -> tensor``: inverted dropout drawing its own mask from ``generator``: each
     entry kept independently with probability 1 − p and divided by 1 − p in training, zeros at p = 1; ``x``
-    unchanged in evaluation. Any way of drawing the mask is right, so the mask is judged by its statistics on
+    unchanged in evaluation, for a bfloat16 ``x`` too. Any way of drawing the mask is right, so it is judged by its
+    statistics on
     100,000 entries (frequencies within 6 standard deviations: a right answer fails with probability below 10⁻⁸)."""
     name = "dropout"
     if not callable(fn):
