@@ -139,8 +139,10 @@ def head_split_count(d_model: int = 8) -> list[tuple[str, sp.Expr]]:
     """
     d, h = sp.symbols("d h", positive=True, integer=True)
     d_k = sp.symbols("d_k", positive=True, integer=True)
-    ordered = sp.factorial(d) / sp.factorial(d / h) ** h
-    formula = ordered / sp.factorial(h)
+    power = sp.Pow(sp.factorial(d / h), h, evaluate=False)  # unevaluated, so that it prints as d!/((d/h)!)^h
+    ordered = sp.Mul(sp.factorial(d), sp.Pow(power, -1, evaluate=False), evaluate=False)
+    formula = sp.Mul(sp.factorial(d), sp.Pow(sp.Mul(power, sp.factorial(h), evaluate=False), -1, evaluate=False),
+                     evaluate=False)
     product_minus_multinomial = sp.Matrix([  # Π_{j<h} C(h d_k - j d_k, d_k) - (h d_k)!/(d_k!)^h, symbolic d_k
         sp.gammasimp(sp.expand_func(sp.Mul(*[sp.binomial((hh - j) * d_k, d_k) for j in range(hh)]))
                      - sp.factorial(hh * d_k) / sp.factorial(d_k) ** hh) for hh in (2, 3, 4)])
@@ -149,7 +151,7 @@ def head_split_count(d_model: int = 8) -> list[tuple[str, sp.Expr]]:
         ("C(d, d_k) C(d - d_k, d_k) ⋯ - d!/(d_k!)^h, symbolic d_k, h = 2, 3, 4", product_minus_multinomial),
         ("labelled heads: multinomial d!/(d_k!)^h, d_k = d/h", ordered),
         ("unordered heads: each split counted h! times", formula),
-        (f"… for d_model = {d_model}", sp.Matrix([[hh, formula.subs({d: d_model, h: hh})]
+        (f"… for d_model = {d_model}: rows (n_head, splits)", sp.Matrix([[hh, formula.subs({d: d_model, h: hh})]
                                                   for hh in sp.divisors(d_model)])),
     ]
 
