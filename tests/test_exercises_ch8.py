@@ -111,6 +111,10 @@ def _count_no_final_layernorm(vocab_size, block_size, n_layer, d_model):
     return count_params(vocab_size, block_size, n_layer, d_model) - 2 * d_model
 
 
+def _count_no_block_layernorms(vocab_size, block_size, n_layer, d_model):
+    return count_params(vocab_size, block_size, n_layer, d_model) - n_layer * 4 * d_model
+
+
 def _count_sympy(vocab_size, block_size, n_layer, d_model):  # the right number, as a SymPy Integer
     return sp.Integer(count_params(vocab_size, block_size, n_layer, d_model))
 
@@ -590,12 +594,13 @@ def _place_float_order(loss, baselines):
 CATALOGUE = {
     "count_params": {
         "wrong": [
-            (_count_head_twice, ["count is", "expected"]),
-            (_count_no_biases, ["count is", "expected"]),
-            (_count_no_positions, ["count is", "expected"]),
-            (_count_mlp_not_widened, ["count is", "expected"]),
+            (_count_head_twice, ["count is", "expected", "count the V × C matrix once"]),
+            (_count_no_biases, ["count is", "expected", "13C per block"]),
+            (_count_no_positions, ["count is", "expected", "position table"]),
+            (_count_mlp_not_widened, ["count is", "expected", "4C wide"]),
             (_count_float, ["must be an int", "use // or int()"]),
-            (_count_no_final_layernorm, ["count is", "(-256)"]),  # -2C on the first case, C = 128
+            (_count_no_final_layernorm, ["count is", "(-256)", "final LayerNorm"]),
+            (_count_no_block_layernorms, ["count is", "two LayerNorms"]),  # -2C on the first case, C = 128
             (_count_sympy, ["must be an int", "Integer 809728", "convert it with int()"]),
             (_count_tensor, ["must be an int", "convert it with int()"]),
             (_count_sympy_wrong, ["must be an int", "which is 817920 (+8192), expected 809728"]),

@@ -191,6 +191,14 @@ def train_rung(rung: Rung, corpus: Corpus, config: LadderConfig = FULL) -> dict:
             "cpu_seconds": round(seconds, 2)}
 
 
+def scored_baselines(corpus: Corpus, config: LadderConfig = FULL) -> dict:
+    """The n-gram baselines (n = 1, 2, 3; nats per character), counted on the training text and scored on the
+    characters the rungs are scored on: the first ``config.eval_windows`` whole windows of the val split."""
+    n_val = len(corpus.val)
+    scored = corpus.text[-n_val:][: config.eval_windows * config.block_size + 1]
+    return ngram_baselines_nats(corpus.text[:-n_val], orders=(1, 2, 3), held_out=scored)
+
+
 def run_ladder(corpus: Corpus, config: LadderConfig = FULL, *, report=None) -> dict:
     """Train every rung with the same budget; returns the table with the n-gram baselines beside it.
 
@@ -202,8 +210,7 @@ def run_ladder(corpus: Corpus, config: LadderConfig = FULL, *, report=None) -> d
         rows.append(train_rung(rung, corpus, config))
         if report is not None:
             report(rows[-1])
-    n_val = len(corpus.val)
-    baselines = ngram_baselines_nats(corpus.text[:-n_val], orders=(1, 2, 3), held_out=corpus.text[-n_val:])
+    baselines = scored_baselines(corpus, config)
     return {"config": asdict(config), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "corpus_sha256": corpus.sha256, "baselines": {str(n): v for n, v in baselines.items()}, "rungs": rows}
 

@@ -14,6 +14,7 @@ import copy
 import itertools
 import math
 import operator
+import re
 
 import numpy as np
 import torch
@@ -59,7 +60,30 @@ def check_count_params(fn) -> CheckResult:
             return f"count is {int(got)} ({int(got) - expected:+d}), expected {expected}"
         return None
 
-    return check_function("count_params", fn, _count_reference, cases, compare=compare)
+    result = check_function("count_params", fn, _count_reference, cases, compare=compare)
+    failed = re.search(r"on case (\d+):", result.message)
+    if result.passed or not failed:
+        return result
+    case = cases[int(failed[1]) - 1]
+    try:
+        got = operator.index(fn(**case))
+    except Exception:  # not an integer, or it raised: the message already says so
+        return result
+    hint = _count_hint(got - _count_reference(**case), **case)
+    return result if hint is None else CheckResult(result.name, False, f"{result.message}. Hint: {hint}")
+
+
+def _count_hint(diff: int, vocab_size: int, block_size: int, n_layer: int, d_model: int) -> str | None:
+    """The slip a count off by ``diff`` most likely made, named; None when no single slip explains it."""
+    C = d_model
+    slips = {vocab_size * C: "the head is tied to the embedding: count the V × C matrix once",
+             -block_size * C: "the position table, T × C, is a parameter too",
+             -2 * C: "the final LayerNorm before the head has γ and β, 2C",
+             -n_layer * 4 * C: "each block has two LayerNorms, each with γ and β: 4C per block",
+             -n_layer * 9 * C: "the linear layers have biases: 4C in attention and 5C in the MLP, per block",
+             -n_layer * 13 * C: "the biases and LayerNorms: 13C per block",
+             -n_layer * 6 * C * C - n_layer * 3 * C: "the MLP's hidden layer is 4C wide, not C"}
+    return slips.get(diff)
 
 
 def _windows_reference(ids, block_size):
