@@ -87,6 +87,17 @@ def test_costs_come_from_the_record_else_the_priors(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [policy.COSTS_FILE]  # no temporary file left
 
 
+def test_without_vector_code_only_a_record_makes_a_compile_pay(tmp_path):
+    """On PyTorch's portable CPU kernel set inductor writes scalar loops, and a compiled step can be slower than an
+    eager one: the priors then assume no speed-up, so a long first run stays eager; a recorded run still counts."""
+    scalar = policy.costs_for(tmp_path, "k", 0.05, vector_code=False)
+    assert all(c.speedup == 1.0 for c in scalar.values())
+    assert policy.decide(10**6, 0.05, scalar, cached={m: False for m in policy.MODES}).mode is None
+    policy.remember(tmp_path, "k", "blocks", compiled=True, cold_s=5.0, compiled_step_s=0.025)
+    assert policy.costs_for(tmp_path, "k", 0.05, vector_code=False)["blocks"].speedup == pytest.approx(2.0)
+    assert policy.writes_vector_code("cuda") and isinstance(policy.writes_vector_code("cpu"), bool)
+
+
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"k": 3}', '{"k": {"whole": 3}}',
                                   '{"k": {"eager_step_s": "x", "whole": {"cold_s": -1, "warm_s": "fast", '
                                   '"compiled_step_s": NaN, "compiled": 1}}}'])

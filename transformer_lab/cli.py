@@ -443,8 +443,8 @@ def _choose_compile(trainer, tc, device, world, key: str, cached: dict[str, bool
 
     x = torch.zeros(tc.batch_size, tc.block_size, dtype=torch.long, device=device)
     eager_s = policy.eager_step_seconds(trainer.loss_of, x, x)
-    choice = policy.decide(tc.max_iters - trainer.step, eager_s, policy.costs_for(use_compile_cache(), key, eager_s),
-                           cached=cached)
+    costs = policy.costs_for(use_compile_cache(), key, eager_s, vector_code=policy.writes_vector_code(device))
+    choice = policy.decide(tc.max_iters - trainer.step, eager_s, costs, cached=cached)
     # the same mode on every rank (each agree gives every rank the same answer, so all stop at the same mode)
     mode = next((m for m in policy.MODES if distributed.agree(choice.mode == m, world)), None)
     return mode, choice.reason if mode == choice.mode else "training eagerly: the ranks' measurements disagree"

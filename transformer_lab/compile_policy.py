@@ -106,14 +106,27 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
-def costs_for(cache_dir: Path, key: str, eager_step_s: float) -> dict[str, Costs]:
+def writes_vector_code(device: torch.device | str = "cpu") -> bool:
+    """Whether the compiler writes vector instructions for ``device``: on a CPU, not for PyTorch's portable kernel
+    set (``ATEN_CPU_CAPABILITY=default``), where inductor writes scalar loops and a compiled step can be slower
+    than an eager one; always on other devices."""
+    if torch.device(device).type != "cpu":
+        return True
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return bool(pick_vec_isa())
+
+
+def costs_for(cache_dir: Path, key: str, eager_step_s: float, *, vector_code: bool = True) -> dict[str, Costs]:
     """Each mode's costs for ``key`` as recorded here, each missing one from :data:`PRIOR` (a warm start scaled by
     the recorded cold start, when only that is known); the speed-up is a recorded eager step (else
-    ``eager_step_s``) over a recorded compiled one."""
+    ``eager_step_s``) over a recorded compiled one. Without ``vector_code`` (:func:`writes_vector_code`) the
+    priors assume no speed-up, so that only a recorded run can make a compile pay."""
     record = _entry(_read(cache_dir), key)
     eager = _number(record.get("eager_step_s")) or eager_step_s
     out = {}
     for mode, prior in PRIOR.items():
+        prior = prior if vector_code else Costs(prior.cold_s, prior.warm_s, 1.0)
         entry = _entry(record, mode)
         cold = _number(entry.get("cold_s"))
         warm = _number(entry.get("warm_s")) or (cold and prior.warm_s * cold / prior.cold_s)
