@@ -3,8 +3,8 @@
 After an HTML build, ``<site>/slides/NN-name.html`` is written for every chapter from its source and the
 outputs its code had when the book was built: the executed notebooks MyST-NB left beside the site
 (``_build/jupyter_execute``) and, for pages this build did not re-run, its execution cache; so a deck's figures are
-the page's own, at their default frame. Each chapter page gets a line linking its deck; the Chinese edition's pages link the
-English decks.
+the page's own, at their default frame. Each chapter page gets a line linking its deck; the Chinese edition's pages
+link the English decks.
 """
 
 from __future__ import annotations
