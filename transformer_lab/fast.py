@@ -6,7 +6,7 @@ Here the same numbers come from fewer passes over memory:
 * :func:`fast_attention`: attention with its backward pass written by hand (chapters 1 and 2), no (T, T) buffer
   per step of the softmax, and the masked quarter of causal scores never computed (:class:`_CausalAttention`);
 * :func:`fast_gelu`: the tanh GELU as x·σ(2u), one sigmoid, with its derivative by hand (chapter 4);
-* :func:`fast_layer_norm`: LayerNorm with chapter 7's closed-form backward, few temporaries;
+* :func:`fast_layer_norm`: LayerNorm with chapter 4's closed-form backward, few temporaries;
 * :class:`FastAdamW`: chapter 3's AdamW over ``_foreach`` chunks or one flat buffer per group, optionally compiled.
 
 :class:`FastMultiHeadAttention`, :class:`FastMLP` and :class:`FastLayerNorm` are the chapters' modules with these
@@ -259,9 +259,9 @@ class _TanhGELU(torch.autograd.Function):
     """``gelu(x, "tanh")`` and its derivative, written with ½(1 + tanh u) = σ(2u) (one sigmoid, no tanh).
 
     GELU(x) = ½ x (1 + tanh u) = x σ(2u),  u = √(2/π)(x + c x³);  GELU′(x) = σ(2u) + x σ(2u)(1 − σ(2u)) 2u′(x).
-    Same values and gradients as autograd through :func:`~transformer_lab.backprop.gelu`. Whether ``sigmoid`` beats
-    ``tanh`` depends on the CPU and on PyTorch's kernel set (``benchmarks/kernels.py`` measures it: faster under
-    the AVX2 and the portable kernels, slower under AVX-512's, on the machine that wrote this).
+    Same values and gradients as autograd through :func:`~transformer_lab.backprop.gelu`. The gain is fewer
+    operations and a backward that reuses σ(2u); ``sigmoid`` alone is not faster than ``tanh`` as a kernel on every
+    CPU and kernel set (``benchmarks/kernels.py`` measures the two).
     The backward clamps x to ±10: beyond, σ(1 − σ) < 1e-37 (exactly 0 for x > 10, and for |x| > 10 in float16),
     so the clamp changes GELU′ by less than 1e-35 (|GELU′(x)| < 3e-36 for x < −10), and float16 gives 0 or 1, not
     inf · 0 = NaN.
@@ -327,7 +327,7 @@ def _normalize(x, weight, bias, eps):
 
 
 class _LayerNormFunction(torch.autograd.Function):
-    """Forward and backward of LayerNorm by the formulas of chapter 7 (statistics in float32 for 16-bit x).
+    """Forward and backward of LayerNorm by the formulas of chapter 4 (statistics in float32 for 16-bit x).
 
     The backward reads saved tensors that autograd did not record, so it is marked ``once_differentiable``:
     differentiating it again raises a ``RuntimeError`` instead of returning a wrong second derivative.
