@@ -169,6 +169,15 @@ def build_rung(rung: Rung, vocab_size: int, config: LadderConfig = FULL) -> nn.M
     return RungModel(config.gpt_config(vocab_size), rung)
 
 
+def fit_rung(rung: Rung, corpus: Corpus, config: LadderConfig = FULL) -> tuple[nn.Module, dict]:
+    """Build and train one rung: ``(model, the trainer's history)``, the trainer's evaluation lines silenced."""
+    model = build_rung(rung, corpus.tokenizer.vocab_size, config)
+    trainer = Trainer(model, corpus, config.train_config(), progress=False)
+    with contextlib.redirect_stdout(io.StringIO()):
+        history = trainer.run()
+    return model, history
+
+
 def train_rung(rung: Rung, corpus: Corpus, config: LadderConfig = FULL) -> dict:
     """Build, train and evaluate one rung: ``{name, adds, parent, params, val_loss, first_loss, curve,
     cpu_seconds}``.
@@ -176,11 +185,8 @@ def train_rung(rung: Rung, corpus: Corpus, config: LadderConfig = FULL) -> dict:
     ``val_loss``: nats per character over the first ``config.eval_windows`` whole windows of the val split;
     ``curve``: the training loss averaged over each :data:`CURVE_EVERY` steps; ``cpu_seconds``: the training's.
     """
-    model = build_rung(rung, corpus.tokenizer.vocab_size, config)
-    trainer = Trainer(model, corpus, config.train_config(), progress=False)
     t0 = time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()):  # the trainer's evaluation lines
-        history = trainer.run()
+    model, history = fit_rung(rung, corpus, config)
     seconds = time.process_time() - t0
     val = evaluate_loss(model, corpus.val, block_size=config.block_size, max_windows=config.eval_windows)
     losses = torch.tensor(history["loss"])
