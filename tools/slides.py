@@ -8,7 +8,7 @@ and subsection (``###``) gives, in order:
 * its key idea: the heading and the first two sentences of its first paragraph (the book's sections open with
   their idea), with the rest of its prose as the speaker notes (``<aside class="notes">``, reveal.js's notes
   plugin: press S);
-* its further points, stepped: the first sentence of each later paragraph as a bullet, up to four a slide, each
+* its further points, stepped: the first sentence of each later paragraph as a bullet, up to five a slide, each
   shown one at a time (reveal.js fragments), the paragraphs themselves as the notes;
 * its display equations, stepped the same way, up to three a slide, the paragraph that introduces them as the notes;
 * each derivation its code displays (the lines ``show_steps``/``show_equations`` print, SymPy's results, as
@@ -228,7 +228,7 @@ def _notes(paras: list[str]) -> str:
     return "<aside class='notes'>" + "".join(f"<p>{inline(p)}</p>" for p in paras if p) + "</aside>"
 
 
-_SKIP_TAGS = {"remove-cell", "remove-output", "solution", "remove_cell"}
+_SKIP_TAGS = {"remove-cell", "remove-output", "solution"}
 
 
 def _outputs_by_code(nb) -> dict[str, list]:
