@@ -95,7 +95,18 @@ def test_without_vector_code_only_a_record_makes_a_compile_pay(tmp_path):
     assert policy.decide(10**6, 0.05, scalar, cached={m: False for m in policy.MODES}).mode is None
     policy.remember(tmp_path, "k", "blocks", compiled=True, cold_s=5.0, compiled_step_s=0.025)
     assert policy.costs_for(tmp_path, "k", 0.05, vector_code=False)["blocks"].speedup == pytest.approx(2.0)
-    assert policy.writes_vector_code("cuda") and isinstance(policy.writes_vector_code("cpu"), bool)
+
+
+@pytest.mark.parametrize("capability", [None, "default"])
+def test_vector_code_is_read_from_the_kernel_set_as_inductor_picks_it(monkeypatch, capability):
+    """The cheap reading agrees with inductor's own pick, which builds and loads a test library per instruction
+    set; the decision never runs that check."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    if capability:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    assert policy.writes_vector_code("cuda")
+    assert policy.writes_vector_code("cpu") == bool(pick_vec_isa())
 
 
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"k": 3}', '{"k": {"whole": 3}}',

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from transformer_lab import cli, compile_policy, train
-from transformer_lab.data import shakespeare
+from transformer_lab.data import Corpus, shakespeare
+from transformer_lab.gpt import GPT, GPTConfig
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--d-model", "16", "--block-size", "16", "--batch-size", "4",
         "--max-iters", "4", "--warmup", "1", "--eval-interval", "4", "--eval-iters", "1", "--quiet", "--threads", "1"]
@@ -66,12 +67,45 @@ def test_a_default_run_that_repays_the_start_up_compiles_what_saves_most(run, ca
     assert note.startswith("note: compiling the blocks: 4 steps, break-even 1 steps"), note
 
 
-def test_compile_and_no_compile_force_either(run, capsys):
+def test_compile_and_no_compile_force_either(run, capsys, tmp_path):
     _needs_a_compiler()
     code, err, n = run("--compile", capsys=capsys)
     assert code == 0 and n == 3 and not _notes(err)
+    code, err, n = run("--compile", "blocks", "--n-layer", "2", capsys=capsys)
+    assert code == 0 and n == 4 and not _notes(err)  # each of the two blocks, the update, the clipping
+    recorded = json.loads((tmp_path / "inductor" / compile_policy.COSTS_FILE).read_text()).values()
+    assert sorted(mode for entry in recorded for mode in compile_policy.MODES if mode in entry) == ["blocks", "whole"]
     code, err, n = run("--no-compile", capsys=capsys)
     assert code == 0 and n == 0 and not _notes(err)
+    code, err, n = run("--compile", "all", capsys=capsys)
+    assert code == 2 and n == 0 and "invalid choice: 'all' (choose from 'whole', 'blocks')" in err, err
+
+
+def test_compiled_blocks_evaluate_eagerly(monkeypatch):
+    """Evaluation runs without gradients and in eval mode: compiled blocks would compile again for it (and for the
+    final evaluation's batch), a cost the policy does not count. Evaluation runs them eagerly instead."""
+    graphs = []
+    real = torch.compile
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    monkeypatch.setattr(torch, "compile", lambda fn=None, **kw: real(fn, backend=counting))
+    torch._dynamo.reset()
+    corpus = Corpus.from_text(shakespeare()[:20_000], name="excerpt")
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=corpus.tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16))
+    trainer = train.Trainer(model, corpus, train.TrainConfig(max_iters=3, batch_size=4, block_size=16, warmup=1,
+                                                             eval_interval=100, eval_iters=1), progress=False)
+    trainer.compile_(blocks=True)
+    trainer.run(until=2)
+    compiled = len(graphs)
+    trainer.evaluate()
+    with trainer.eagerly():  # as `train` evaluates at the end
+        train.evaluate_loss(model, corpus.val, block_size=16, max_windows=70)
+    trainer.run()
+    assert compiled > 0 and len(graphs) == compiled
 
 
 def test_a_compiled_run_records_its_costs_and_the_next_run_counts_the_cache_warm(run, capsys, tmp_path):
@@ -123,8 +157,12 @@ def test_without_a_compiler_train_falls_back_with_one_line(run, capsys, monkeypa
 
 
 def test_a_short_default_run_never_checks_the_compiler(run, capsys, monkeypatch):
-    """Deciding not to compile costs no compiler check (it builds a test library) and no import of inductor."""
+    """Deciding not to compile costs no compiler check and no check of the vector instructions (each builds test
+    libraries: seconds)."""
+    from torch._inductor import cpu_vec_isa
+
     monkeypatch.setattr(train, "compile_problem", lambda device: pytest.fail("the compiler was checked"))
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: pytest.fail("the vector instructions were checked"))
     code, err, n = run(capsys=capsys)
     assert code == 0 and n == 0 and _notes(err)[0].startswith("note: training eagerly")
 

@@ -263,7 +263,7 @@ def _train(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as exc:
         return _fail(str(exc))
     if args.compile:  # forced; by default (None) decided once the run is set up, and checked then if it compiles
-        args.compile = _can_compile(device, world)
+        args.compile = _can_compile(device, world) and args.compile
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
     previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None  # SIGTERM acts as Ctrl-C does
     try:
@@ -380,7 +380,7 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
         elif world.is_main:
             print(f"note: {reason}", file=sys.stderr)
     else:
-        mode = "whole" if args.compile else None
+        mode = args.compile or None
     if mode is not None:
         trainer.compile_(blocks=mode == "blocks")
     say(f"{corpus.name}: {len(corpus.text):,} characters, vocabulary {corpus.tokenizer.vocab_size}, "
@@ -389,7 +389,8 @@ def _train_locked(args, tc, mc, corpus, out, ckpt, GPT, Trainer, TrainingDiverge
         f"{trainer.global_batch} windows a step")
     try:
         trainer.run()
-        val = evaluate_loss(model, corpus.val, block_size=tc.block_size)
+        with trainer.eagerly():
+            val = evaluate_loss(model, corpus.val, block_size=tc.block_size)
         if not math.isfinite(val):
             raise TrainingDiverged(f"the val loss over the whole val split is {val}; the last checkpoint is kept")
         trainer.meta["val_loss_full"] = val  # the final save adds the loss over the whole val split
@@ -563,7 +564,8 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCHMARKS = ("kernels", "components", "swap", "train_speed", "compile_startup", "generate_speed", "recipe",
+BENCHMARKS = ("kernels", "components", "swap", "train_speed", "compile_startup", "compile_costs", "generate_speed",
+              "recipe",
               "profile_step", "allreduce", "redraw")  # in benchmarks/
 
 
@@ -713,11 +715,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint at --out")
     p.add_argument("--weights-only", action="store_true", help="finish with a small weights-only checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+    p.add_argument("--compile", nargs="?", const="whole", choices=("whole", "blocks"), default=None,
+                   metavar="{whole,blocks}",
                    help="fuse the training step with torch.compile (needs a working C++ compiler on a CPU); by "
                         "default only when the run's steps repay the compile's start-up, and then the blocks alone "
-                        "(a short compile) or the whole step (a longer one, a faster step), whichever saves more; "
-                        "one line says which and why; --compile compiles the whole step, --no-compile never")
+                        "(a short compile) or the whole step with its loss (a longer one), whichever saves more; "
+                        "one line says which and why; --compile compiles the whole step, --compile blocks the "
+                        "blocks alone")
+    p.add_argument("--no-compile", dest="compile", action="store_const", const=False, help="never compile")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice; fix it for bit-identical reruns)")
     for name, default in (("n_layer", m.n_layer), ("n_head", m.n_head), ("d_model", m.d_model),

@@ -228,6 +228,7 @@ class Trainer:
                                check_finite=c.grad_clip == 0)
         # one tensor per group: the update in eight operations per group, not per tensor (one kernel when compiled)
         self.optimizer.flatten_()
+        self.compiled = False
         if compile:
             self.compile_()
         self.schedule = WarmupCosine(c.lr, c.min_lr, c.warmup, c.max_iters)
@@ -257,6 +258,12 @@ class Trainer:
         else:  # one graph at the recipe's shapes in one process; under torchrun, DDP's forward splits it in two
             self.loss_of = torch.compile(self._loss_of)
         self.optimizer.flatten_(compile=True)
+        self.compiled = True
+
+    def eagerly(self):
+        """A context in which compiled parts of the model run eagerly: evaluation, whose no-gradient mode and batch
+        shapes would otherwise make the compiled blocks compile again, a cost no faster step repays."""
+        return torch.compiler.set_stance("force_eager") if self.compiled else nullcontext()
 
     @property
     def global_batch(self) -> int:
@@ -296,8 +303,9 @@ class Trainer:
         K = self.config.grad_accum
         out = {}
         for split, batches in self.eval_batches.items():
-            local = sum(float(cross_entropy(self.model(xb), yb)) for x, y in batches
-                        for xb, yb in self._micro_batches(x, y)) / (len(batches) * K)
+            with self.eagerly():
+                local = sum(float(cross_entropy(self.model(xb), yb)) for x, y in batches
+                            for xb, yb in self._micro_batches(x, y)) / (len(batches) * K)
             out[split] = distributed.mean_over_ranks(torch.tensor(local), self.world)
         self.model.train(was_training)
         return out
