@@ -288,7 +288,7 @@ def sv_new_symbol(d_k, mu_q, mu_k, sigma_q, sigma_k):  # its own symbol n for th
 
 
 # ---------------------------------------------------------------- signals and gradients through depth
-def depth_rms(arrangement, W1, W2, x, r, *, rms=lambda t: t.detach().double().pow(2).mean().sqrt(),
+def depth_rms(arrangement, W1, W2, x, w, *, rms=lambda t: t.detach().double().pow(2).mean().sqrt(),
               target=None, order=None):
     def ln(u):
         return F.layer_norm(u, u.shape[-1:], eps=1e-5)
@@ -301,11 +301,11 @@ def depth_rms(arrangement, W1, W2, x, r, *, rms=lambda t: t.detach().double().po
     xs = [x.detach().clone().requires_grad_()]
     for l in range(W1.shape[0]):
         xs.append(block(xs[-1], l))
-    grads = torch.autograd.grad((xs[-1] * (r if target is None else target)).sum(), xs)
+    grads = torch.autograd.grad((xs[-1] * (w if target is None else target)).sum(), xs)
     return torch.stack([torch.stack([rms(t) for t in xs]), torch.stack([rms(g) for g in grads])])
 
 
-def dr_hooks(arrangement, W1, W2, x, r):  # retain_grad and .backward(), rms as norm / sqrt(numel)
+def dr_hooks(arrangement, W1, W2, x, w):  # retain_grad and .backward(), rms as norm / sqrt(numel)
     x0 = x.clone().requires_grad_()
     xs, v = [x0], x0
     for l in range(W1.shape[0]):
@@ -315,7 +315,7 @@ def dr_hooks(arrangement, W1, W2, x, r):  # retain_grad and .backward(), rms as 
             v = F.layer_norm(xs[-1] + h, (h.shape[-1],))
         v.retain_grad()
         xs.append(v)
-    (xs[-1] * r).sum().backward()
+    (xs[-1] * w).sum().backward()
     rms = lambda t: t.norm() / t.numel() ** 0.5  # noqa: E731
     return torch.tensor([[rms(t.detach()) for t in xs], [rms(t.grad) for t in xs]], dtype=torch.float64)
 
@@ -520,14 +520,14 @@ CATALOGUE = {
             (functools.partial(depth_rms, rms=lambda t: t.detach().double().norm()), ["norm / sqrt(numel)"]),
             (functools.partial(depth_rms, rms=lambda t: t.detach().double().pow(2).mean(-1).sqrt().mean()),
              ["each token's rms"]),
-            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r, target=torch.ones_like(r)), ["not a tensor of ones"]),
-            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r).flip(-1), ["case 1", "differs"]),
-            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r, order={"pre-ln": "post-ln", "post-ln": "pre-ln"}
+            (lambda a, W1, W2, x, w: depth_rms(a, W1, W2, x, w, target=torch.ones_like(w)), ["not a tensor of ones"]),
+            (lambda a, W1, W2, x, w: depth_rms(a, W1, W2, x, w).flip(-1), ["case 1", "differs"]),
+            (lambda a, W1, W2, x, w: depth_rms(a, W1, W2, x, w, order={"pre-ln": "post-ln", "post-ln": "pre-ln"}
                                                .get(a, a)), ["case 1", "x_l + F(LN(x_l)), not the post-ln order"]),
-            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r, order="residual" if a == "post-ln" else a),
+            (lambda a, W1, W2, x, w: depth_rms(a, W1, W2, x, w, order="residual" if a == "post-ln" else a),
              ["case 2", "LN(x_l + F(x_l)): the LayerNorm is missing"]),
-            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r)[:, 1:], ["has shape (2, 4), expected (2, 5)", "x_0"]),
-            (lambda a, W1, W2, x, r: depth_rms(a, W1, W2, x, r).T, ["row 0 the activations"]),
+            (lambda a, W1, W2, x, w: depth_rms(a, W1, W2, x, w)[:, 1:], ["has shape (2, 4), expected (2, 5)", "x_0"]),
+            (lambda a, W1, W2, x, w: depth_rms(a, W1, W2, x, w).T, ["row 0 the activations"]),
         ],
         "right": [dr_hooks, dr_manual_ln],
     },

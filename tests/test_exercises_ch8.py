@@ -425,9 +425,10 @@ def _probs_times_tau(logits, temperature, top_k, top_p):
     return next_char_probs(logits * temperature * temperature, temperature, top_k, top_p)
 
 
-def _probs_nucleus_shifted(shifts):
+def _probs_nucleus_shifted(shifts, keep_first=True):
     """next_char_probs whose top-p drop mask (cumsum > p) is shifted right ``shifts`` times: 0 drops the token that
-    crosses p (one token too few), 1 is right, 2 keeps the token after it too (one token too many)."""
+    crosses p (one token too few), 1 is right, 2 keeps the token after it too (one token too many);
+    ``keep_first=False``: the top token is not kept whatever the mask says (an empty row gives NaN)."""
     def probs(logits, temperature, top_k, top_p):
         z = logits / temperature
         if top_k is not None:
@@ -439,7 +440,7 @@ def _probs_nucleus_shifted(shifts):
             for _ in range(shifts):
                 drop[..., 1:] = drop[..., :-1].clone()
                 drop[..., 0] = False
-            drop[..., 0] = False
+            drop[..., 0] &= not keep_first
             p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
         return p / p.sum(-1, keepdim=True)
     return probs
@@ -726,6 +727,7 @@ CATALOGUE = {
             (_probs_times_tau, ["on case 1", "differs", "do not multiply"]),
             (_probs_nucleus_shifted(0), ["differs", "one token too small", "the token that crosses p is kept",
                                      "!too large"]),
+            (_probs_nucleus_shifted(0, keep_first=False), ["one token too small", "lost every token", "NaN"]),
             (_probs_nucleus_shifted(2), ["on case 1", "differs", "one token too large", "!too small"]),
             (_probs_not_renormalised, ["differs", "renormalise"]),
             (_probs_top_p_first, ["on case 1", "differs", "apply the temperature first"]),

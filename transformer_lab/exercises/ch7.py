@@ -9,8 +9,8 @@
   float32 even when the mean is large (where ``E[x^2] - E[x]^2`` cancels catastrophically)
 * ``score_variance(d_k, mu_q, mu_k, sigma_q, sigma_k)`` -- Var(q . k) for independent entries with those means and
   standard deviations, a SymPy expression
-* ``depth_rms(arrangement, W1, W2, x, r)`` -- (2, n_layer + 1): the rms of x_0 … x_{n_layer} through n_layer
-  blocks of an arrangement (plain, residual, post-LN, pre-LN) and of the gradients of sum(x_{n_layer} * r) with
+* ``depth_rms(arrangement, W1, W2, x, w)`` -- (2, n_layer + 1): the rms of x_0 … x_{n_layer} through n_layer
+  blocks of an arrangement (plain, residual, post-LN, pre-LN) and of the gradients of sum(x_{n_layer} * w) with
   respect to each
 * ``update_effect(arrangement, W1, W2, dW1, dW2, x)`` -- (n_layer + 1,): rms(x_l(W + dW) - x_l(W)) / rms(x_l(W))
   at every depth l, how far a change of every weight moves the stream (the amplification effect)
@@ -374,21 +374,21 @@ def _profile(xs, grads) -> torch.Tensor:
     return torch.stack([torch.stack([rms(t) for t in xs]), torch.stack([rms(g) for g in grads])])
 
 
-def _run_stack(arrangement, W1, W2, x, r):
+def _run_stack(arrangement, W1, W2, x, w):
     """``[x_0, …, x_{n_layer}]`` through the package's blocks (:func:`residual.make_block`) around
-    ``F_l(v) = relu(v W1[l]) W2[l]``, and the gradients of ``sum(x_{n_layer} * r)`` with respect to each."""
+    ``F_l(v) = relu(v W1[l]) W2[l]``, and the gradients of ``sum(x_{n_layer} * w)`` with respect to each."""
     from transformer_lab.residual import make_block
 
     xs = [x.detach().clone().requires_grad_()]
     for l in range(W1.shape[0]):
         F = lambda v, l=l: torch.relu(v @ W1[l]) @ W2[l]  # noqa: E731
         xs.append(make_block(arrangement, x.shape[-1], F).to(x.dtype)(xs[-1]))
-    return xs, torch.autograd.grad((xs[-1] * r).sum(), xs)
+    return xs, torch.autograd.grad((xs[-1] * w).sum(), xs)
 
 
-def _ref_depth_rms(arrangement, W1, W2, x, r):
-    """(2, n_layer + 1) float64: row 0 rms(x_l), row 1 rms(d sum(x_{n_layer} r) / d x_l), l = 0 … n_layer."""
-    return _profile(*_run_stack(arrangement, W1, W2, x, r))
+def _ref_depth_rms(arrangement, W1, W2, x, w):
+    """(2, n_layer + 1) float64: row 0 rms(x_l), row 1 rms(d sum(x_{n_layer} w) / d x_l), l = 0 … n_layer."""
+    return _profile(*_run_stack(arrangement, W1, W2, x, w))
 
 
 def _depth_cases() -> list[dict]:
@@ -402,7 +402,7 @@ def _depth_cases() -> list[dict]:
                       "W1": torch.randn(n_layer, C, C, generator=g, dtype=D) * math.sqrt(2 / C),  # He
                       "W2": torch.randn(n_layer, C, C, generator=g, dtype=D) * (gain / math.sqrt(C)),
                       "x": torch.randn(10, C, generator=g, dtype=D) + 0.5,  # mean 0.5: rms and std differ
-                      "r": torch.randn(10, C, generator=g, dtype=D)})
+                      "w": torch.randn(10, C, generator=g, dtype=D)})
     return cases
 
 
@@ -412,9 +412,9 @@ _DEPTH_HINTS = {
 }
 
 
-def _depth_mistakes(arrangement, W1, W2, x, r) -> list[tuple[torch.Tensor, str]]:
+def _depth_mistakes(arrangement, W1, W2, x, w) -> list[tuple[torch.Tensor, str]]:
     """(what a typical mistake returns, its hint) for one case."""
-    xs, grads = _run_stack(arrangement, W1, W2, x, r)
+    xs, grads = _run_stack(arrangement, W1, W2, x, w)
     std = lambda ts: torch.stack([t.detach().double().std() for t in ts])  # noqa: E731
     token_rms = lambda ts: torch.stack([t.detach().double().pow(2).mean(-1).sqrt().mean() for t in ts])  # noqa: E731
     norm = lambda ts: torch.stack([t.detach().double().norm() for t in ts])  # noqa: E731
@@ -424,14 +424,14 @@ def _depth_mistakes(arrangement, W1, W2, x, r) -> list[tuple[torch.Tensor, str]]
            (torch.stack([norm(xs), norm(grads)]), "divide by the number of entries: rms = norm / sqrt(numel)"),
            (torch.stack([token_rms(xs), token_rms(grads)]), "one rms over all entries of x_l, not the mean of each "
                                                             "token's rms"),
-           (_profile(*_run_stack(arrangement, W1, W2, x, torch.ones_like(r))),
-            "the loss is sum(x_{n_layer} * r): its gradient at the top is r, not a tensor of ones"),
+           (_profile(*_run_stack(arrangement, W1, W2, x, torch.ones_like(w))),
+            "the loss is sum(x_{n_layer} * w): its gradient at the top is w, not a tensor of ones"),
            (torch.stack([right[0], right[1].flip(0)]), "index l is depth l in both rows: the gradient at the input "
                                                        "x_0 comes first")]
     if arrangement in _DEPTH_HINTS:
         other = "pre-ln" if arrangement == "post-ln" else "post-ln"
-        out.append((_ref_depth_rms(other, W1, W2, x, r), _DEPTH_HINTS[arrangement] + f", not the {other} order"))
-        out.append((_ref_depth_rms("residual", W1, W2, x, r), _DEPTH_HINTS[arrangement] + ": the LayerNorm is missing"))
+        out.append((_ref_depth_rms(other, W1, W2, x, w), _DEPTH_HINTS[arrangement] + f", not the {other} order"))
+        out.append((_ref_depth_rms("residual", W1, W2, x, w), _DEPTH_HINTS[arrangement] + ": the LayerNorm is missing"))
     return out
 
 
@@ -458,8 +458,8 @@ def _stack_by_stack(name: str, fn, reference, cases: list[dict], compare, mistak
 
 
 def check_depth_rms(fn) -> CheckResult:
-    """``fn(arrangement, W1 (n_layer, C, C), W2 (n_layer, C, C), x (N, C), r (N, C)) -> (2, n_layer + 1)``: rms
-    of every x_l and of every d sum(x_{n_layer} r) / d x_l, l = 0 … n_layer, through n_layer blocks around
+    """``fn(arrangement, W1 (n_layer, C, C), W2 (n_layer, C, C), x (N, C), w (N, C)) -> (2, n_layer + 1)``: rms
+    of every x_l and of every d sum(x_{n_layer} w) / d x_l, l = 0 … n_layer, through n_layer blocks around
     F_l(v) = relu(v W1[l]) W2[l]."""
     cases = _depth_cases()
 

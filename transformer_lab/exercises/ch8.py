@@ -635,10 +635,12 @@ def _keep_top_k(p, k):
     return torch.where(p >= kth, p, torch.zeros_like(p))
 
 
-def _keep_top_p(p, top_p, strict=False, extra=False):
+def _keep_top_p(p, top_p, strict=False, extra=False, keep_first=True):
     """p (..., V) with the nucleus kept (the smallest most-probable set reaching top_p), the rest set to 0.
     ``strict``: the slip that also drops the token whose probability crosses top_p (one token too few);
-    ``extra``: the slip that keeps the token after it too (one token too many)."""
+    ``extra``: the slip that keeps the token after it too (one token too many); ``keep_first=False`` with
+    ``strict``: the same slip without keeping the top token, so a row whose top token alone crosses top_p is
+    left empty."""
     if top_p is None or top_p >= 1:
         return p
     sorted_p, order = torch.sort(p, dim=-1, descending=True)
@@ -647,7 +649,7 @@ def _keep_top_p(p, top_p, strict=False, extra=False):
     drop_sorted = (cum > top_p) if strict else (cum - q >= top_p)
     if extra:  # the drop mask shifted right once more: the first token past the nucleus is kept as well
         drop_sorted = torch.cat((torch.zeros_like(drop_sorted[..., :1]), drop_sorted[..., :-1]), dim=-1)
-    drop_sorted[..., 0] = False
+    drop_sorted[..., 0] &= not keep_first
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return torch.where(drop, torch.zeros_like(p), p)
 
@@ -667,6 +669,10 @@ def _probs_slips(logits, temperature, top_k, top_p) -> list:
              (_normalised(_keep_top_p(_keep_top_k(hot, top_k), top_p, strict=True)),
               "the nucleus is one token too small: top-p keeps the smallest set whose probability reaches p, so the "
               "token that crosses p is kept (drop a token only when the mass ranked above it already reaches p)"),
+             (_normalised(_keep_top_p(_keep_top_k(hot, top_k), top_p, strict=True, keep_first=False)),
+              "the nucleus is one token too small, and a row whose top token alone crosses p lost every token "
+              "(0 / 0 gave NaN): keep the token that crosses p (drop a token only when the mass ranked above it "
+              "already reaches p)"),
              (_normalised(_keep_top_p(_keep_top_k(hot, top_k), top_p, extra=True)),
               "the nucleus is one token too large: it ends with the token that crosses p; the next one, whose mass "
               "ranked above it already reaches p, is dropped (the drop mask is shifted right by one, not by two)"),
