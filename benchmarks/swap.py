@@ -46,7 +46,7 @@ from common import (
 
 from transformer_lab.data import get_batch
 
-BASE, OURS, ALL = "reference", "ours", "ours, all five fused"
+BASE, OURS, ALL = "reference", "ours", "ours with PyTorch's five kernels"
 
 
 def fused_layer_norm(ln, x):
@@ -105,7 +105,7 @@ def swapped(model, names) -> torch.nn.Module:
 def variants(vocab_size: int, block_size: int) -> dict:
     """{name: (model, loss_of(x, y), optimizer)}, all from the same initial weights."""
     names = [*SWAPS, LOSS]
-    plan = {OURS: [], **{f"ours, fused {n}": [n] for n in names}, ALL: names}
+    plan = {OURS: [], **{f"ours with PyTorch's {n}": [n] for n in names}, ALL: names}
     ours, ref = recipe_models(vocab_size, block_size=block_size)
     out = {}
     for name, swaps in plan.items():

@@ -56,7 +56,7 @@ def test_each_stand_in_runs_in_place_of_ours(monkeypatch):
         elif name == swap.ALL:
             swapped = {*swap.SWAPS, swap.LOSS}
         else:
-            swapped = {name.removeprefix("ours, fused ")}
+            swapped = {name.removeprefix("ours with PyTorch's ")}
         want = {part: n for part, n in PER_FORWARD.items() if part in swapped}
         want["our LayerNorm"] = 0 if "LayerNorm" in swapped else 9
         want["our loss"] = 0 if swap.LOSS in swapped else 1
@@ -91,7 +91,7 @@ def _no_mask(attn, q, k, v, *, need_weights=False):
 def test_the_like_for_like_check_rejects_a_wrong_stand_in(monkeypatch, name, wrong):
     part, method, _, count = swap.SWAPS[name]
     monkeypatch.setitem(swap.SWAPS, name, (part, method, wrong, count))
-    with pytest.raises(RuntimeError, match=f"swap: ours, fused {name}: "):
+    with pytest.raises(RuntimeError, match=f"swap: ours with PyTorch's {name}: "):
         swap.check_like_for_like(swap.variants(V, block_size=T), DATA, block_size=T)
 
 
@@ -112,7 +112,7 @@ def test_the_script_runs_end_to_end(capsys, tmp_path):
     assert rows[0]["compares"].startswith(swap.ALL) and len(rows) == len(out["runs"][0]["variants"]) - 1
     (run,) = out["runs"]
     assert run["threads"] == 1 and set(run["variants"]) == {
-        swap.OURS, *(f"ours, fused {n}" for n in [*swap.SWAPS, swap.LOSS]), swap.ALL, swap.BASE}
+        swap.OURS, *(f"ours with PyTorch's {n}" for n in [*swap.SWAPS, swap.LOSS]), swap.ALL, swap.BASE}
     assert all(v["ms_per_step"] > 0 and v["ratio"] > 0 for v in run["variants"].values())
     assert run["variants"][swap.BASE]["ratio"] == 1.0
     assert "1 thread(s), wall time, median of 1 alternating rounds of 1 steps" in capsys.readouterr().out
