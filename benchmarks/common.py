@@ -48,7 +48,7 @@ def write_result(out: str, name: str, rows: list[dict], **details) -> None:
     if out == "-":
         return
     machine = {"torch": torch.__version__, "python": platform.python_version(), "cpu": platform.processor()
-               or platform.machine(), "cpus": os.cpu_count()}
+               or platform.machine(), "cpus": os.cpu_count(), "kernels": torch.backends.cpu.get_cpu_capability()}
     doc = {"benchmark": name, "rows": [{**r, "ratio": round(float(r["ratio"]), 4)} for r in rows],
            "machine": machine, **details}
     Path(out).parent.mkdir(parents=True, exist_ok=True)

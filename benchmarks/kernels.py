@@ -7,7 +7,8 @@ the second operation (the trick) is faster.
 
 * ``exp`` against ``exp2`` on attention-sized scores: base-2 exponentials (e^x = 2^(x log₂e)) were slower under
   both sets, so attention exponentiates with ``exp`` (chapter 1); the row stays as the evidence;
-* ``tanh`` against ``sigmoid``: why the tanh-GELU is computed as x σ(2u) (chapter 8);
+* ``tanh`` against ``sigmoid``, the kernels behind the tanh-GELU and its x σ(2u) form: sigmoid is the faster under
+  PyTorch's AVX2 and portable kernels, tanh with AVX-512; the form is kept for its fewer operations (``fast.py``);
 * gathering the gradients of Q, K and V split by ``split`` + ``view`` (a reshape copy of each, then a ``cat``)
   against ``view`` + ``unbind`` (one ``cat`` along the new axis): why ``MultiHeadAttention`` uses the latter;
 * ``torch.broadcast_shapes`` against the package's small ``_broadcast``.

@@ -519,3 +519,6 @@ def test_benchmark_results_reads_the_first_row_of_each_file(tmp_path):
         {"compares": "a / b", "ratio": 1.5}, {"compares": "c / d", "ratio": 0.5}]}), encoding="utf-8")
     (tmp_path / "unknown.json").write_text("{}", encoding="utf-8")
     assert benchmark_results(tmp_path) == [("kernels", "a / b", 1.5, "2 CPUs, torch 2.x")]
+    (tmp_path / "kernels.json").write_text(json.dumps({"benchmark": "kernels", "machine": {
+        **machine, "kernels": "AVX2"}, "rows": [{"compares": "a / b", "ratio": 1.5}]}), encoding="utf-8")
+    assert benchmark_results(tmp_path)[0][3] == "2 CPUs, AVX2 kernels, torch 2.x"

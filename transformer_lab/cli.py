@@ -582,7 +582,8 @@ def benchmark_results(directory=None) -> list[tuple[str, str, float, str]]:
         if path.is_file():
             result = json.loads(path.read_text(encoding="utf-8"))
             first, m = result["rows"][0], result["machine"]
-            rows.append((name, first["compares"], first["ratio"], f"{m['cpus']} CPUs, torch {m['torch']}"))
+            kernels = f", {m['kernels']} kernels" if m.get("kernels") else ""  # older result files do not say
+            rows.append((name, first["compares"], first["ratio"], f"{m['cpus']} CPUs{kernels}, torch {m['torch']}"))
     return rows
 
 
