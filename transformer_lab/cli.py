@@ -565,8 +565,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 BENCHMARKS = ("kernels", "components", "swap", "train_speed", "compile_startup", "compile_costs", "generate_speed",
-              "recipe",
-              "profile_step", "allreduce", "redraw")  # in benchmarks/
+              "recipe", "profile_step", "allreduce", "redraw")  # in benchmarks/
 
 
 def benchmark_results(directory=None) -> list[tuple[str, str, float, str]]:
