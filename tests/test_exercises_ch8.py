@@ -440,7 +440,8 @@ def _probs_nucleus_shifted(shifts, keep_first=True):
             for _ in range(shifts):
                 drop[..., 1:] = drop[..., :-1].clone()
                 drop[..., 0] = False
-            drop[..., 0] &= not keep_first
+            if keep_first:
+                drop[..., 0] = False
             p = p.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), 0.0)
         return p / p.sum(-1, keepdim=True)
     return probs

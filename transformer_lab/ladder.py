@@ -183,7 +183,8 @@ def train_rung(rung: Rung, corpus: Corpus, config: LadderConfig = FULL) -> dict:
     cpu_seconds}``.
 
     ``val_loss``: nats per character over the first ``config.eval_windows`` whole windows of the val split;
-    ``curve``: the training loss averaged over each :data:`CURVE_EVERY` steps; ``cpu_seconds``: the training's.
+    ``curve``: the training loss averaged over each :data:`CURVE_EVERY` steps; ``cpu_seconds``: building and training
+    the rung.
     """
     t0 = time.process_time()
     model, history = fit_rung(rung, corpus, config)

@@ -302,11 +302,11 @@ class Trainer:
         self.model.eval()
         K = self.config.grad_accum
         out = {}
-        for split, batches in self.eval_batches.items():
-            with self.eagerly():
+        with self.eagerly():
+            for split, batches in self.eval_batches.items():
                 local = sum(float(cross_entropy(self.model(xb), yb)) for x, y in batches
                             for xb, yb in self._micro_batches(x, y)) / (len(batches) * K)
-            out[split] = distributed.mean_over_ranks(torch.tensor(local), self.world)
+                out[split] = distributed.mean_over_ranks(torch.tensor(local), self.world)
         self.model.train(was_training)
         return out
 

@@ -38,7 +38,7 @@ def param_terms() -> dict[str, sp.Expr]:
 
 
 def param_count() -> sp.Expr:
-    """N(V, T, n_layer, C): the sum of :func:`param_terms`, blocks counted n_layer times, simplified."""
+    """N_params(V, T, n_layer, C): the sum of :func:`param_terms`, blocks counted n_layer times, simplified."""
     terms = param_terms()
     per_block = sum(v for k, v in terms.items() if k.startswith("per block"))
     rest = sum(v for k, v in terms.items() if not k.startswith("per block"))

@@ -649,7 +649,8 @@ def _keep_top_p(p, top_p, strict=False, extra=False, keep_first=True):
     drop_sorted = (cum > top_p) if strict else (cum - q >= top_p)
     if extra:  # the drop mask shifted right once more: the first token past the nucleus is kept as well
         drop_sorted = torch.cat((torch.zeros_like(drop_sorted[..., :1]), drop_sorted[..., :-1]), dim=-1)
-    drop_sorted[..., 0] &= not keep_first
+    if keep_first:  # the top token always stays
+        drop_sorted[..., 0] = False
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return torch.where(drop, torch.zeros_like(p), p)
 
